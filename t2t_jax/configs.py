@@ -1,0 +1,220 @@
+"""One typed config for every experiment, and the paper's named settings as data.
+
+`get_config(name, **overrides)` returns a frozen `TransformerConfig`. The names
+are the paper's: "base" and "big" (Table 3's first and last rows), Table 3's
+rows in order ("A1".."A4", "B1", "B2", "C1".."C7", "D1".."D4", "E"), "parsing"
+(section 6.3), plus "demo", a small model that trains on the generated corpus in
+minutes on a CPU.
+
+The config is flat on purpose: model, data, training, checkpointing and decoding
+fields live side by side so that `--config.<field>=<value>` reaches any of them.
+The model reads only the model fields.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from typing import Any, Optional
+
+
+@dataclasses.dataclass(frozen=True)
+class TransformerConfig:
+  """Every setting of one experiment. Defaults are the paper's base model."""
+
+  # --- Model (section 3, Table 3 columns) ---
+  vocab_size: int = 37000          # shared source+target vocabulary; id 0 is padding
+  num_layers: int = 6              # N, in both the encoder and the decoder
+  d_model: int = 512
+  d_ff: int = 2048
+  num_heads: int = 8               # h
+  d_k: Optional[int] = None        # query/key depth per head; None: d_model // num_heads
+  d_v: Optional[int] = None        # value depth per head; None: d_model // num_heads
+  dropout_rate: float = 0.1        # P_drop: sub-layer outputs and embeddings + positions
+  attention_dropout_rate: float = 0.0  # on attention probabilities (tuned for parsing)
+  positional_encoding: str = "sinusoidal"  # or "learned" (Table 3 row E)
+  max_len: int = 512               # longest position the model supports (learned table size)
+  share_embeddings: bool = True    # one matrix for source, target and pre-softmax
+  dtype: str = "float32"           # compute dtype: "float32" or "bfloat16"; params stay float32
+  attention_window: Optional[int] = None  # restricted self-attention radius r (Table 1); None: full
+
+  # --- Data (section 5.1) ---
+  dataset: str = "wmt14_translate/de-en"  # tfds name, "demo", or "text" (user files below)
+  source_lang: str = "en"
+  target_lang: str = "de"
+  data_dir: Optional[str] = None   # tfds data_dir; None: $TFDS_DATA_DIR or tfds's default
+  train_files: Optional[str] = None  # "text": "src_path,tgt_path" or a .tsv path
+  dev_files: Optional[str] = None
+  test_files: Optional[str] = None
+  vocab_type: str = "bpe"          # SentencePiece model type
+  vocab_sample_sentences: int = 2_000_000  # sentences sampled to train SentencePiece
+  max_source_length: int = 256     # longer training pairs are dropped (and counted)
+  max_target_length: int = 256
+  tokens_per_batch: int = 25000    # per side, per update, across all devices and micro-steps
+  max_tokens_per_device: int = 25000  # per micro-step on one device; more means accumulation
+  shuffle_buffer_batches: int = 0  # unused by the batch plan; reserved
+  seed: int = 0
+
+  # --- Training (section 5.3, 5.4) ---
+  num_train_steps: int = 100_000
+  warmup_steps: int = 4000
+  learning_rate_scale: float = 1.0  # multiplies the paper's schedule
+  adam_b1: float = 0.9
+  adam_b2: float = 0.98
+  adam_eps: float = 1e-9
+  label_smoothing: float = 0.1     # eps_ls
+  log_every_steps: int = 100
+  eval_every_steps: int = 1000
+  num_eval_batches: Optional[int] = None  # None: the whole dev set
+  peak_tflops: Optional[float] = None  # per device, for MFU; None: looked up by device kind
+
+  # --- Checkpoints (section 6.1) ---
+  checkpoint_every_steps: Optional[int] = None
+  checkpoint_every_minutes: Optional[float] = 10.0
+  average_last: int = 5            # checkpoints averaged for evaluation (big: 20)
+
+  # --- Decoding (section 6.1) ---
+  beam_size: int = 4
+  alpha: float = 0.6               # GNMT length penalty exponent
+  max_decode_extra: int = 50       # max output length = input length + this
+  decode_batch_size: int = 64      # sentences per decoding batch
+
+  @property
+  def key_depth(self) -> int:
+    return self.d_k if self.d_k is not None else self.d_model // self.num_heads
+
+  @property
+  def value_depth(self) -> int:
+    return self.d_v if self.d_v is not None else self.d_model // self.num_heads
+
+  def __post_init__(self):
+    _validate(self)
+
+  def replace(self, **overrides: Any) -> "TransformerConfig":
+    unknown = sorted(set(overrides) - {f.name for f in dataclasses.fields(self)})
+    if unknown:
+      raise ValueError(f"unknown config field(s) {unknown}; see t2t_jax/configs.py for the list")
+    return dataclasses.replace(self, **overrides)
+
+
+def _validate(c: TransformerConfig) -> None:
+  if c.d_k is None or c.d_v is None:
+    if c.d_model % c.num_heads:
+      raise ValueError(
+          f"d_model={c.d_model} is not divisible by num_heads={c.num_heads}; "
+          "set d_k and d_v explicitly or change one of them")
+  for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_len",
+               "tokens_per_batch", "max_tokens_per_device", "num_train_steps",
+               "warmup_steps", "beam_size", "decode_batch_size"):
+    if getattr(c, name) <= 0:
+      raise ValueError(f"{name}={getattr(c, name)} must be positive")
+  for name in ("d_k", "d_v", "attention_window", "checkpoint_every_steps"):
+    value = getattr(c, name)
+    if value is not None and value <= 0:
+      raise ValueError(f"{name}={value} must be positive (or None)")
+  for name in ("dropout_rate", "attention_dropout_rate", "label_smoothing"):
+    value = getattr(c, name)
+    if not 0.0 <= value < 1.0:
+      raise ValueError(f"{name}={value} must be in [0, 1)")
+  if c.positional_encoding not in ("sinusoidal", "learned"):
+    raise ValueError(
+        f"positional_encoding={c.positional_encoding!r}: use 'sinusoidal' or 'learned'")
+  if c.dtype not in ("float32", "bfloat16"):
+    raise ValueError(f"dtype={c.dtype!r}: use 'float32' or 'bfloat16'")
+  if c.alpha < 0 or c.max_decode_extra < 0:
+    raise ValueError(f"alpha={c.alpha} and max_decode_extra={c.max_decode_extra} must be >= 0")
+  if c.average_last < 1:
+    raise ValueError(f"average_last={c.average_last} must be at least 1")
+
+
+# Table 3, in the paper's row order. Blank cells are the base model's values.
+TABLE3_ROWS: dict[str, dict[str, Any]] = {
+    "A1": dict(num_heads=1, d_k=512, d_v=512),
+    "A2": dict(num_heads=4, d_k=128, d_v=128),
+    "A3": dict(num_heads=16, d_k=32, d_v=32),
+    "A4": dict(num_heads=32, d_k=16, d_v=16),
+    "B1": dict(d_k=16),
+    "B2": dict(d_k=32),
+    "C1": dict(num_layers=2),
+    "C2": dict(num_layers=4),
+    "C3": dict(num_layers=8),
+    "C4": dict(d_model=256, d_k=32, d_v=32),
+    "C5": dict(d_model=1024, d_k=128, d_v=128),
+    "C6": dict(d_ff=1024),
+    "C7": dict(d_ff=4096),
+    "D1": dict(dropout_rate=0.0),
+    "D2": dict(dropout_rate=0.2),
+    "D3": dict(label_smoothing=0.0),
+    "D4": dict(label_smoothing=0.2),
+    "E": dict(positional_encoding="learned"),
+}
+
+PRESETS: dict[str, dict[str, Any]] = {
+    "base": {},
+    **TABLE3_ROWS,
+    # Big: Table 3's last row; 300k steps; P_drop 0.3 for En-De (0.1 for En-Fr,
+    # set by experiments/wmt14_enfr.py); average the last 20 checkpoints.
+    "big": dict(d_model=1024, d_ff=4096, num_heads=16, dropout_rate=0.3,
+                num_train_steps=300_000, average_last=20),
+    # Section 6.3: 4 layers, d_model 1024, otherwise base; WSJ-only vocabulary 16K;
+    # decoding with beam 21, alpha 0.3, max length input + 300.
+    "parsing": dict(num_layers=4, d_model=1024, vocab_size=16000, beam_size=21,
+                    alpha=0.3, max_decode_extra=300, max_len=1024),
+    # Small enough to train on the generated corpus in minutes on a 2-core CPU.
+    "demo": dict(dataset="demo", vocab_size=1000, num_layers=3, d_model=128, d_ff=512,
+                 num_heads=4, dropout_rate=0.1, max_len=128, max_source_length=64,
+                 max_target_length=64, tokens_per_batch=4096, max_tokens_per_device=4096,
+                 num_train_steps=1200, warmup_steps=400, learning_rate_scale=2.0,
+                 log_every_steps=50, eval_every_steps=400, checkpoint_every_steps=200,
+                 checkpoint_every_minutes=None, average_last=3,
+                 vocab_sample_sentences=200_000),
+}
+
+
+def get_config(name: str = "base", **overrides: Any) -> TransformerConfig:
+  """The named preset with `overrides` applied on top (after the preset's own values)."""
+  if name not in PRESETS:
+    raise ValueError(f"unknown config {name!r}; choose one of {', '.join(PRESETS)}")
+  return TransformerConfig().replace(**{**PRESETS[name], **overrides})
+
+
+def _parse_value(field_type: Any, text: str) -> Any:
+  """Turns command-line text into a value of the field's declared type."""
+  if text.lower() in ("none", "null"):
+    return None
+  kind = typing.get_args(field_type)[0] if typing.get_origin(field_type) is typing.Union \
+      else field_type
+  if kind is bool:
+    if text.lower() in ("1", "true", "yes"):
+      return True
+    if text.lower() in ("0", "false", "no"):
+      return False
+    raise ValueError(f"expected true/false, got {text!r}")
+  return kind(text)
+
+
+def from_args(argv: list[str], default: str = "demo") -> tuple[TransformerConfig, list[str]]:
+  """Builds a config from `--config=<preset>` and `--config.<field>=<value>` arguments.
+
+  Returns the config and the arguments it did not consume.
+  """
+  name, overrides, rest = default, {}, []
+  hints = typing.get_type_hints(TransformerConfig)
+  for arg in argv:
+    if arg.startswith("--config="):
+      name = arg.split("=", 1)[1]
+    elif arg.startswith("--config."):
+      key, _, text = arg[len("--config."):].partition("=")
+      if key not in hints:
+        raise ValueError(f"unknown config field {key!r} in {arg!r}; see t2t_jax/configs.py")
+      try:
+        overrides[key] = _parse_value(hints[key], text)
+      except ValueError as e:
+        raise ValueError(f"bad value in {arg!r}: {e}") from None
+    else:
+      rest.append(arg)
+  return get_config(name, **overrides), rest
+
+
+def to_dict(config: TransformerConfig) -> dict[str, Any]:
+  return dataclasses.asdict(config)
