@@ -193,10 +193,12 @@ def _parse_value(field_type: Any, text: str) -> Any:
   return kind(text)
 
 
-def from_args(argv: list[str], default: str = "demo") -> tuple[TransformerConfig, list[str]]:
+def from_args(argv: list[str], default: str = "demo",
+              defaults: dict[str, Any] | None = None) -> tuple[TransformerConfig, list[str]]:
   """Builds a config from `--config=<preset>` and `--config.<field>=<value>` arguments.
 
-  Returns the config and the arguments it did not consume.
+  `defaults` (a script's own settings, e.g. the En-Fr dataset) sit between the
+  preset and the command line. Returns the config and the unconsumed arguments.
   """
   name, overrides, rest = default, {}, []
   hints = typing.get_type_hints(TransformerConfig)
@@ -213,8 +215,69 @@ def from_args(argv: list[str], default: str = "demo") -> tuple[TransformerConfig
         raise ValueError(f"bad value in {arg!r}: {e}") from None
     else:
       rest.append(arg)
-  return get_config(name, **overrides), rest
+  return get_config(name, **{**(defaults or {}), **overrides}), rest
 
 
 def to_dict(config: TransformerConfig) -> dict[str, Any]:
   return dataclasses.asdict(config)
+
+
+# --- Parameter counts (Table 3's last column) ---
+
+# The paper's "params x 10^6" column; rows it leaves blank are absent.
+PAPER_PARAMS_M: dict[str, float] = {
+    "base": 65, "B1": 58, "B2": 60, "C1": 36, "C2": 50, "C3": 80, "C4": 28,
+    "C5": 168, "C6": 53, "C7": 90, "big": 213,
+}
+
+# Table 3's newstest2013 dev (perplexity per word-piece, BLEU); beam search, no averaging.
+PAPER_DEV: dict[str, tuple[float, float]] = {
+    "base": (4.92, 25.8), "A1": (5.29, 24.9), "A2": (5.00, 25.5), "A3": (4.91, 25.8),
+    "A4": (5.01, 25.4), "B1": (5.16, 25.1), "B2": (5.01, 25.4), "C1": (6.11, 23.7),
+    "C2": (5.19, 25.3), "C3": (4.88, 25.5), "C4": (5.75, 24.5), "C5": (4.66, 26.0),
+    "C6": (5.12, 25.4), "C7": (4.75, 26.2), "D1": (5.77, 24.6), "D2": (4.95, 25.5),
+    "D3": (4.67, 25.3), "D4": (5.47, 25.7), "E": (4.92, 25.7), "big": (4.33, 26.4),
+}
+
+
+def count_params(c: TransformerConfig) -> int:
+  """Closed-form count of t2t_jax.model's parameters (equals `init_params`'s, tested).
+
+  Attention projections have no biases (the paper's equations have none);
+  the FFN has b1, b2; every LayerNorm has a scale and a bias.
+  """
+  d, h, dk, dv = c.d_model, c.num_heads, c.key_depth, c.value_depth
+  attention = d * h * dk * 2 + d * h * dv + h * dv * d       # W^Q, W^K, W^V, W^O
+  ffn = d * c.d_ff + c.d_ff + c.d_ff * d + d                  # W1, b1, W2, b2
+  norm = 2 * d
+  encoder_layer = attention + ffn + 2 * norm
+  decoder_layer = 2 * attention + ffn + 3 * norm
+  embeddings = c.vocab_size * d * (1 if c.share_embeddings else 3)
+  positions = 2 * c.max_len * d if c.positional_encoding == "learned" else 0
+  return c.num_layers * (encoder_layer + decoder_layer) + embeddings + positions
+
+
+def table3_report(vocab_size: int = 37000) -> str:
+  """Our count beside the paper's for base, every Table 3 row and big."""
+  lines = [f"{'row':<5} {'ours (M)':>9} {'paper (M)':>10} {'diff':>7}"]
+  for name in ["base", *TABLE3_ROWS, "big"]:
+    ours = count_params(get_config(name, vocab_size=vocab_size)) / 1e6
+    paper = PAPER_PARAMS_M.get(name)
+    if paper is None:
+      lines.append(f"{name:<5} {ours:>9.1f} {'-':>10} {'-':>7}")
+    else:
+      lines.append(f"{name:<5} {ours:>9.1f} {paper:>10.0f} {(ours - paper) / paper:>+7.1%}")
+  return "\n".join(lines)
+
+
+if __name__ == "__main__":
+  import argparse
+  parser = argparse.ArgumentParser(description="Inspect the presets.")
+  parser.add_argument("--table3", action="store_true",
+                      help="print our parameter counts beside Table 3's")
+  parser.add_argument("--vocab_size", type=int, default=37000)
+  args = parser.parse_args()
+  if not args.table3:
+    parser.error("nothing to do; pass --table3")
+  print(f"Parameters at vocab_size={args.vocab_size} (docs/model.md explains the gaps)")
+  print(table3_report(args.vocab_size))

@@ -1,0 +1,412 @@
+"""Checkpoints: periodic saving, resuming after a kill, averaging the last N (section 6.1).
+
+Layout of a work directory:
+  checkpoints/<step>/state    TrainState pytree (StandardSave; host NumPy arrays)
+  checkpoints/<step>/rng      the root PRNG key's data (uint32), when given
+  checkpoints/<step>/meta     JSON: the caller's `extras` (data iterator position, ...)
+  averaged/<step>/params      mean of the last N checkpoints' params (float32)
+  averaged/<step>/info        JSON: which steps were averaged
+
+Orbax writes every step into `<step>.orbax-checkpoint-tmp` and renames it when
+complete, so a run killed mid-save leaves only finished checkpoints behind; the
+next `Checkpointer` deletes the leftover temporary directory. Arrays are stored
+unreplicated and without sharding, so a checkpoint restores onto any number of
+devices. Single-host only (the state must be fully addressable).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import pathlib
+import sys
+import time
+import warnings
+from typing import Any, Callable, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers
+
+from t2t_jax import configs
+
+CHECKPOINT_DIR = "checkpoints"
+AVERAGED_DIR = "averaged"
+CORRUPT_SUFFIX = ".corrupt"
+
+PyTree = Any
+
+
+class CheckpointWarning(UserWarning):
+  """A checkpoint was skipped or set aside; the message names it."""
+
+
+def _host_copy(tree: PyTree) -> PyTree:
+  """Owned NumPy copies of every leaf.
+
+  Not views: on CPU `np.asarray` aliases the device buffer, and the async save
+  may still be reading it when the next train step (which donates the state) runs.
+  """
+  def copy(x):
+    if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+      raise ValueError("typed PRNG keys cannot be stored in the state; pass the key as "
+                       "maybe_save(..., rng=key) instead")
+    return np.array(x, copy=True)
+  return jax.tree.map(copy, jax.device_get(tree))
+
+
+def _abstract(tree: PyTree) -> PyTree:
+  """Shape/dtype-only target without sharding, so that restoring yields host arrays."""
+  def spec(x):
+    if not hasattr(x, "shape"):
+      x = np.asarray(x)
+    return jax.ShapeDtypeStruct(x.shape, x.dtype)
+  return jax.tree.map(spec, tree)
+
+
+def _json_clean(obj: Any, what: str) -> Any:
+  """A plain-JSON copy of `obj` (NumPy scalars and arrays become numbers and lists)."""
+  def default(x):
+    if isinstance(x, (np.generic, np.ndarray)):
+      return x.tolist()
+    raise TypeError(f"{type(x).__name__} is not JSON-serialisable")
+  try:
+    return json.loads(json.dumps(obj, default=default))
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"{what} must be JSON-serialisable: {e}") from None
+
+
+def _registry(tree_handler: type[ocp.CheckpointHandler]) -> Any:
+  """Handlers of a training checkpoint's items and of an averaged one's.
+
+  Writing uses StandardCheckpointHandler; reading uses PyTreeCheckpointHandler
+  (same files), which can restore the params without the optimiser state.
+  """
+  return ocp.handlers.create_default_handler_registry(
+      state=tree_handler(), rng=ocp.StandardCheckpointHandler(), meta=ocp.JsonCheckpointHandler(),
+      params=tree_handler(), info=ocp.JsonCheckpointHandler())
+
+
+def _read_manager(directory: pathlib.Path) -> ocp.CheckpointManager:
+  """A manager for reading only; items restore in parts (params without the rest).
+
+  Not `read_only=True`, which only adds log noise: this manager never saves,
+  and without `cleanup_tmp_directories` it leaves a running save alone.
+  """
+  return ocp.CheckpointManager(
+      directory,
+      options=ocp.CheckpointManagerOptions(create=False, enable_async_checkpointing=False),
+      handler_registry=_registry(ocp.PyTreeCheckpointHandler))
+
+
+def _set_aside(path: pathlib.Path) -> pathlib.Path:
+  """Renames a broken step directory so that orbax no longer sees it as a step."""
+  target = path.with_name(path.name + CORRUPT_SUFFIX)
+  n = 1
+  while target.exists():
+    target = path.with_name(f"{path.name}{CORRUPT_SUFFIX}{n}")
+    n += 1
+  os.replace(path, target)
+  return target
+
+
+def _describe(error: BaseException) -> str:
+  return f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+
+
+class Checkpointer:
+  """Saves the training state every `checkpoint_every_steps` steps and/or minutes.
+
+  Keeps the last max(average_last, 2) checkpoints, so there is always one to
+  average over and one to fall back on. Saving is asynchronous: `maybe_save`
+  returns once the state is copied to host memory; `wait()` blocks until the
+  files are complete and `close()` (or leaving a `with` block) also finishes.
+  `clock` returns seconds and is injectable for tests.
+  """
+
+  def __init__(self, workdir: str | os.PathLike, cfg: configs.TransformerConfig, *,
+               clock: Callable[[], float] = time.monotonic, async_save: bool = True):
+    minutes = cfg.checkpoint_every_minutes
+    if minutes is not None and minutes <= 0:
+      raise ValueError(f"checkpoint_every_minutes={minutes} must be positive (or None)")
+    self.directory = pathlib.Path(workdir).absolute() / CHECKPOINT_DIR
+    self.keep = max(cfg.average_last, 2)
+    self._every_steps = cfg.checkpoint_every_steps
+    self._every_seconds = None if minutes is None else 60.0 * minutes
+    self._clock = clock
+    self._last_save_time = clock()
+    self._manager = ocp.CheckpointManager(
+        self.directory,
+        options=ocp.CheckpointManagerOptions(
+            preservation_policy=checkpoint_managers.LatestN(self.keep),
+            enable_async_checkpointing=async_save,
+            cleanup_tmp_directories=True),
+        handler_registry=_registry(ocp.StandardCheckpointHandler))
+
+  def all_steps(self) -> list[int]:
+    return sorted(self._manager.all_steps())
+
+  @property
+  def latest_step(self) -> Optional[int]:
+    return self._manager.latest_step()
+
+  def _is_new(self, step: int) -> bool:
+    latest = self.latest_step
+    return latest is None or step > latest
+
+  def should_save(self, step: int) -> bool:
+    """Whether `step` is due by the step interval or by the wall-clock interval."""
+    by_steps = self._every_steps is not None and step % self._every_steps == 0
+    by_time = (self._every_seconds is not None
+               and self._clock() - self._last_save_time >= self._every_seconds)
+    return self._is_new(step) and (by_steps or by_time)
+
+  def maybe_save(self, step: int, state: PyTree, extras: Optional[dict] = None,
+                 force: bool = False, *, rng: Optional[jax.Array] = None) -> bool:
+    """Saves `state` (unreplicated), `extras` (JSON) and the `rng` key's data if due.
+
+    `force` saves regardless of the intervals (e.g. at the end of training), but
+    never a step at or before the latest saved one. Returns whether it saved.
+    """
+    step = int(step)
+    if not (self._is_new(step) and (force or self.should_save(step))):
+      return False
+    extras = _json_clean({} if extras is None else extras, "extras")
+    meta = {"extras": extras, "saved_at": time.time(), "rng_impl": None}
+    items = {"state": ocp.args.StandardSave(_host_copy(state))}
+    if rng is not None:
+      typed = jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key)
+      meta["rng_impl"] = str(jax.random.key_impl(rng)) if typed else "raw"
+      data = jax.random.key_data(rng) if typed else rng
+      items["rng"] = ocp.args.StandardSave({"key_data": _host_copy(data)})
+    items["meta"] = ocp.args.JsonSave(meta)
+    self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+    self._last_save_time = self._clock()
+    return True
+
+  def _restore_step(self, step: int, target: PyTree) -> tuple[PyTree, dict]:
+    meta = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+    meta = meta["meta"]
+    items = {"state": ocp.args.StandardRestore(target)}
+    if meta.get("rng_impl") is not None:
+      items["rng"] = ocp.args.StandardRestore()
+    restored = self._manager.restore(step, args=ocp.args.Composite(**items))
+    extras = dict(meta["extras"])
+    if meta.get("rng_impl") is not None:
+      data = np.asarray(restored["rng"]["key_data"])
+      extras["rng"] = (jnp.asarray(data) if meta["rng_impl"] == "raw"
+                       else jax.random.wrap_key_data(data, impl=meta["rng_impl"]))
+    return restored["state"], extras
+
+  def restore_latest(self, target_state: PyTree) -> Optional[tuple[PyTree, dict]]:
+    """The newest checkpoint that restores, as (state, extras); None when there is none.
+
+    `target_state` gives the structure, shapes and dtypes (real arrays or
+    `jax.eval_shape` output); the restored leaves are host NumPy arrays. If the
+    saved `rng` was given, `extras["rng"]` holds it as a key again. A newer
+    checkpoint that fails to restore while an older one succeeds is broken: it
+    is renamed to `<step>.corrupt` with a warning, and the older one is used. If
+    none restores (e.g. the config changed), the error is raised and nothing moves.
+    """
+    self.wait()
+    self._manager.reload()
+    steps = sorted(self._manager.all_steps(), reverse=True)
+    if not steps:
+      return None
+    target = _abstract(target_state)
+    failures: list[tuple[int, BaseException]] = []
+    for step in steps:
+      try:
+        state, extras = self._restore_step(step, target)
+      except Exception as e:  # pylint: disable=broad-except
+        failures.append((step, e))
+        continue
+      for bad_step, error in failures:
+        path = self.directory / str(bad_step)
+        moved = _set_aside(path)
+        warnings.warn(
+            f"checkpoint step {bad_step} at {path} could not be restored ({_describe(error)}); "
+            f"moved it to {moved} and resumed from step {step}", CheckpointWarning, stacklevel=2)
+      if failures:
+        self._manager.reload()
+      return state, extras
+    details = "; ".join(f"step {s}: {_describe(e)}" for s, e in failures)
+    raise RuntimeError(
+        f"no checkpoint in {self.directory} restores into the given state ({details}). "
+        "If the config changed, use a new workdir; if the files are damaged, delete them"
+    ) from failures[0][1]
+
+  def wait(self) -> None:
+    """Blocks until every save issued so far is complete on disk."""
+    self._manager.wait_until_finished()
+
+  def close(self) -> None:
+    self._manager.wait_until_finished()
+    self._manager.close()
+
+  def __enter__(self) -> "Checkpointer":
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self.close()
+
+
+def _restore_params(manager: ocp.CheckpointManager, step: int, item: str = "state") -> PyTree:
+  """The `params` subtree of one saved state (or of an averaged checkpoint), on the host."""
+  tree = manager.item_metadata(step)[item].tree
+  params = tree["params"] if item == "state" else tree
+  target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), params)
+  if item == "state":
+    target = {"params": target}
+  restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)
+  restored = manager.restore(step, args=ocp.args.Composite(**{
+      item: ocp.args.PyTreeRestore(item=target, restore_args=restore_args,
+                                   partial_restore=item == "state")}))[item]
+  return restored["params"] if item == "state" else restored
+
+
+def _steps(directory: pathlib.Path) -> list[int]:
+  if not directory.is_dir():
+    return []
+  with _read_manager(directory) as manager:
+    return sorted(manager.all_steps())
+
+
+def average_checkpoints(workdir: str | os.PathLike, last: int = 5) -> PyTree:
+  """The float32 mean of the params of the last `last` checkpoints; also written to `averaged/`.
+
+  Fewer checkpoints than `last`: averages those there are, with a warning. A
+  checkpoint that fails to load is skipped with a warning (the next older one
+  takes its place). Raises FileNotFoundError when there is no checkpoint at all.
+  """
+  if last < 1:
+    raise ValueError(f"last={last} must be at least 1")
+  workdir = pathlib.Path(workdir).absolute()
+  directory = workdir / CHECKPOINT_DIR
+  steps = _steps(directory)
+  if not steps:
+    raise FileNotFoundError(f"no checkpoints in {directory}: train into {workdir} first")
+  total, used = None, []
+  with _read_manager(directory) as manager:
+    for step in reversed(steps):
+      if len(used) == last:
+        break
+      try:
+        params = _restore_params(manager, step)
+      except Exception as e:  # pylint: disable=broad-except
+        warnings.warn(f"skipping checkpoint step {step} at {directory / str(step)} "
+                      f"({_describe(e)})", CheckpointWarning, stacklevel=2)
+        continue
+      # Sums in float64 so that the mean of N float32 values is rounded once.
+      params = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
+      total = params if total is None else jax.tree.map(np.add, total, params)
+      used.append(step)
+  if not used:
+    raise FileNotFoundError(f"none of the checkpoints {steps} in {directory} could be loaded")
+  if len(used) < last:
+    warnings.warn(f"averaging {len(used)} checkpoint(s) (steps {sorted(used)}), fewer than "
+                  f"last={last}", CheckpointWarning, stacklevel=2)
+  used.sort()
+  averaged = jax.tree.map(lambda x: (x / len(used)).astype(np.float32), total)
+  _write_averaged(workdir / AVERAGED_DIR, averaged, used)
+  return averaged
+
+
+def _write_averaged(directory: pathlib.Path, params: PyTree, steps: Sequence[int]) -> None:
+  """Writes a params-only checkpoint named after the newest averaged step."""
+  options = ocp.CheckpointManagerOptions(
+      preservation_policy=checkpoint_managers.LatestN(1), enable_async_checkpointing=False,
+      cleanup_tmp_directories=True)
+  with ocp.CheckpointManager(directory, options=options,
+                             handler_registry=_registry(ocp.StandardCheckpointHandler)) as manager:
+    if steps[-1] in manager.all_steps():
+      manager.delete(steps[-1])
+    manager.save(steps[-1], force=True, args=ocp.args.Composite(
+        params=ocp.args.StandardSave(params),
+        info=ocp.args.JsonSave({"averaged_steps": list(steps),
+                                "source": str(directory.parent / CHECKPOINT_DIR)})))
+
+
+def _load_averaged(directory: pathlib.Path, with_params: bool = True
+                   ) -> tuple[Optional[PyTree], int, dict]:
+  """The params (if asked), step and info of the averaged checkpoint in `directory`."""
+  with _read_manager(directory) as manager:
+    step = manager.latest_step()
+    params = _restore_params(manager, step, item="params") if with_params else None
+    info = manager.restore(step, args=ocp.args.Composite(info=ocp.args.JsonRestore()))["info"]
+  return params, step, info
+
+
+def load_params(workdir: str | os.PathLike, averaged: bool = True) -> PyTree:
+  """Host params: the averaged ones if `averaged` and present, else the latest checkpoint's.
+
+  Says on stderr which ones it loaded.
+  """
+  workdir = pathlib.Path(workdir).absolute()
+  directory = workdir / CHECKPOINT_DIR
+  checkpoint_steps = _steps(directory)
+  if averaged and _steps(workdir / AVERAGED_DIR):
+    try:
+      params, step, info = _load_averaged(workdir / AVERAGED_DIR)
+    except Exception as e:  # pylint: disable=broad-except
+      warnings.warn(f"cannot load the averaged params in {workdir / AVERAGED_DIR} "
+                    f"({_describe(e)}); using the latest checkpoint", CheckpointWarning,
+                    stacklevel=2)
+    else:
+      print(f"Loaded the average of steps {info['averaged_steps']} from "
+            f"{workdir / AVERAGED_DIR / str(step)}", file=sys.stderr)
+      if checkpoint_steps and checkpoint_steps[-1] > step:
+        warnings.warn(f"{workdir / AVERAGED_DIR} averages up to step {step} but {directory} "
+                      f"has step {checkpoint_steps[-1]}; run t2t-average-checkpoints "
+                      f"--workdir {workdir} to refresh it", CheckpointWarning, stacklevel=2)
+      return params
+  if not checkpoint_steps:
+    raise FileNotFoundError(f"no checkpoints in {directory}: train into {workdir} first")
+  with _read_manager(directory) as manager:
+    for step in reversed(checkpoint_steps):
+      try:
+        params = _restore_params(manager, step)
+      except Exception as e:  # pylint: disable=broad-except
+        warnings.warn(f"skipping checkpoint step {step} at {directory / str(step)} "
+                      f"({_describe(e)})", CheckpointWarning, stacklevel=2)
+        continue
+      print(f"Loaded the params of step {step} from {directory / str(step)}"
+            f"{' (no averaged checkpoint)' if averaged else ''}", file=sys.stderr)
+      return params
+  raise FileNotFoundError(f"none of the checkpoints {checkpoint_steps} in {directory} loads")
+
+
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  """`t2t-average-checkpoints --workdir W [--last N]`."""
+  parser = argparse.ArgumentParser(
+      prog="t2t-average-checkpoints",
+      description="Average the params of a run's last N checkpoints into WORKDIR/averaged "
+                  "(section 6.1: the last 5 for base models, 20 for big).")
+  parser.add_argument("--workdir", required=True, help="the training run's work directory")
+  parser.add_argument("--last", type=int, default=None,
+                      help="how many checkpoints to average (default: the run's "
+                           "config.json average_last, else 5)")
+  args = parser.parse_args(argv)
+  last = args.last
+  if last is None:
+    config_path = pathlib.Path(args.workdir) / "config.json"
+    last = json.loads(config_path.read_text()).get("average_last", 5) \
+        if config_path.exists() else 5
+  if last < 1:
+    parser.error(f"--last={last} must be at least 1")
+  try:
+    params = average_checkpoints(args.workdir, last=last)
+  except FileNotFoundError as e:
+    raise SystemExit(f"t2t-average-checkpoints: {e}") from None
+  directory = pathlib.Path(args.workdir).absolute() / AVERAGED_DIR
+  _, step, info = _load_averaged(directory, with_params=False)
+  count = sum(x.size for x in jax.tree.leaves(params))
+  print(f"Averaged steps {info['averaged_steps']} ({count:,} parameters) into "
+        f"{directory / str(step)}")
+
+
+if __name__ == "__main__":
+  main()

@@ -1,0 +1,115 @@
+"""Command line of the experiment scripts: flags, per-preset notes, logging."""
+
+from __future__ import annotations
+
+import logging
+import os
+import sys
+
+from t2t_jax import configs
+
+# Per language pair: the dataset and vocabulary the paper used (section 5.1).
+_LANGUAGE_DEFAULTS = {
+    "de": dict(dataset="wmt14_translate/de-en", target_lang="de", vocab_size=37000),
+    "fr": dict(dataset="wmt14_translate/fr-en", target_lang="fr", vocab_size=32000),
+}
+
+# The paper's figures each preset is expected to reproduce (PAPER.md, Tables 2 and 3).
+_PAPER_TEST_BLEU = {("base", "de"): 27.3, ("big", "de"): 28.4,
+                    ("base", "fr"): 38.1, ("big", "fr"): 41.8}
+_PAPER_DEV = {  # newstest2013: (PPL, BLEU), beam search, no checkpoint averaging
+    "base": (4.92, 25.8), "A1": (5.29, 24.9), "A2": (5.00, 25.5), "A3": (4.91, 25.8),
+    "A4": (5.01, 25.4), "B1": (5.16, 25.1), "B2": (5.01, 25.4), "C1": (6.11, 23.7),
+    "C2": (5.19, 25.3), "C3": (4.88, 25.5), "C4": (5.75, 24.5), "C5": (4.66, 26.0),
+    "C6": (5.12, 25.4), "C7": (4.75, 26.2), "D1": (5.77, 24.6), "D2": (4.95, 25.5),
+    "D3": (4.67, 25.3), "D4": (5.47, 25.7), "E": (4.92, 25.7), "big": (4.33, 26.4),
+}
+
+
+def preset_defaults(name: str, language_pair: str) -> dict:
+  """Script-level defaults applied between the preset and the command line."""
+  if name in ("demo", "parsing"):
+    return {}
+  defaults = dict(_LANGUAGE_DEFAULTS[language_pair])
+  if name == "big" and language_pair == "fr":
+    defaults["dropout_rate"] = 0.1  # section 6.1: big En-Fr used P_drop = 0.1
+  return defaults
+
+
+def default_workdir(name: str, language_pair: str) -> str:
+  prefix = "" if language_pair == "de" or name in ("demo", "parsing") else "enfr_"
+  return os.path.join("runs", prefix + name.lower())
+
+
+def describe(name: str, script: str, language_pair: str) -> str:
+  """The preset's 'docstring': command, hardware, expected time and result."""
+  cfg = configs.get_config(name, **preset_defaults(name, language_pair))
+  command = (f"python {os.path.relpath(script)} --config={name} "
+             f"--workdir={default_workdir(name, language_pair)}")
+  lines = [f"preset {name}: {cfg.num_layers} layers, d_model {cfg.d_model}, d_ff {cfg.d_ff}, "
+           f"h {cfg.num_heads}, d_k {cfg.key_depth}, d_v {cfg.value_depth}, "
+           f"P_drop {cfg.dropout_rate}, eps_ls {cfg.label_smoothing}, "
+           f"{cfg.num_train_steps} steps, dataset {cfg.dataset}",
+           f"command:  {command}"]
+  if name == "demo":
+    lines += ["hardware: any CPU (2 cores suffice); about 5-10 minutes",
+              "expected: sacreBLEU >= 60 on the generated demo test set (see README for the "
+              "figure we measured)"]
+  elif name == "parsing":
+    lines += ["command:  python experiments/parsing_wsj.py --treebank_dir=... (section 6.3)",
+              "expected: WSJ section 23 F1 91.3 (WSJ only), 92.7 (semi-supervised)"]
+  else:
+    big = name == "big"
+    lines.append("hardware: paper: one machine with 8 NVIDIA P100; "
+                 + ("1.0 s/step, 300k steps, 3.5 days" if big else
+                    "0.4 s/step, 100k steps, 12 hours"))
+    if (name, language_pair) in _PAPER_TEST_BLEU:
+      lines.append(f"expected: newstest2014 BLEU {_PAPER_TEST_BLEU[name, language_pair]} "
+                   f"(paper, tokenised; averaged last {cfg.average_last} checkpoints)")
+    if language_pair == "de" and name in _PAPER_DEV:
+      ppl, bleu = _PAPER_DEV[name]
+      lines.append(f"expected: newstest2013 dev PPL {ppl}, BLEU {bleu} "
+                   "(Table 3: beam search, no checkpoint averaging)")
+  return "\n".join(lines)
+
+
+def main(argv: list[str], script: str, language_pair: str) -> None:
+  """Parses `--config=...`, `--config.<field>=...`, `--workdir=...` and runs."""
+  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
+                      stream=sys.stderr)
+  name = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), "demo")
+  if name not in configs.PRESETS:
+    raise SystemExit(f"unknown --config={name}; choose one of {', '.join(configs.PRESETS)}")
+  workdir, describe_only, multihost, rest = None, False, False, []
+  for arg in argv:
+    if arg.startswith("--workdir="):
+      workdir = arg.split("=", 1)[1]
+    elif arg == "--describe":
+      describe_only = True
+    elif arg == "--multihost":
+      multihost = True
+    elif arg.startswith("--config"):
+      rest.append(arg)
+    elif arg in ("-h", "--help"):
+      print(sys.modules["__main__"].__doc__ or "")
+      return
+    else:
+      raise SystemExit(f"unknown argument {arg!r}; see {os.path.basename(script)} --help")
+  if describe_only:
+    print(describe(name, script, language_pair))
+    return
+  try:
+    cfg, _ = configs.from_args(rest, default=name, defaults=preset_defaults(name, language_pair))
+  except ValueError as e:
+    raise SystemExit(f"error: {e}") from None
+  if workdir is None:
+    workdir = default_workdir(name, language_pair)
+  if multihost:
+    import jax  # pylint: disable=g-import-not-at-top
+    jax.distributed.initialize()  # reads the cluster from the environment (SLURM, TPU, ...)
+
+  from t2t_jax import experiment  # pylint: disable=g-import-not-at-top
+  results = experiment.run(cfg, workdir)
+  import json  # pylint: disable=g-import-not-at-top
+  print(json.dumps(results["bleu"], indent=2))
+  print(f"results written to {os.path.join(workdir, 'results.json')}")

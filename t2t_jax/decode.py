@@ -1,0 +1,351 @@
+"""Beam search and greedy decoding over any incremental `decode_step` (section 6.1).
+
+The search is written against a step function
+
+  step_fn(cache, tokens [rows], position) -> (logits [rows, vocab], cache)
+
+whose cache is a pytree with a leading `rows` dim on every leaf: the model's
+`decode_step` with `cfg` and `params` bound (`translate_batch`), the uncached
+reference `uncached_decoder`, or a toy function in the tests. Beams are rows
+`batch * beam_size`; the cache is tiled to beams once and gathered by beam
+index after every step.
+
+Scores are the GNMT length-penalised log-probabilities the paper ranks by:
+log P(Y) / lp(Y) with lp(Y) = ((5 + |Y|) / 6)^alpha, |Y| counting the generated
+tokens including EOS. A hypothesis that reaches its sentence's maximum length
+without EOS is finished there and scored the same way. Padding (id 0) is never
+generated.
+
+Which hypotheses finish: of the `2 * beam_size` best extensions, those ending in
+EOS that rank within the best `beam_size` (as in fairseq); the beam stays
+`beam_size` wide with the best extensions not ending in EOS. With one beam this
+is greedy decoding whenever alpha = 0.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any, Callable, NamedTuple, Optional, Sequence
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t2t_jax import configs
+from t2t_jax import model
+
+Array = jax.Array
+StepFn = Callable[[Any, Array, Array], tuple[Array, Any]]
+
+PAD_ID = 0
+EOS_ID = 1
+# Log-probability of impossible hypotheses: finite, so sums and divisions of it
+# never make NaN, and far below any real log-probability of a float32 softmax.
+NEG_INF = -1.0e9
+
+
+def length_penalty(length: Array, alpha: float) -> Array:
+  """GNMT length penalty ((5 + length) / 6)^alpha, float32."""
+  return ((5.0 + jnp.asarray(length, jnp.float32)) / 6.0) ** alpha
+
+
+def _batch_size(cache: Any) -> int:
+  leaves = jax.tree.leaves(cache)
+  if not leaves:
+    raise ValueError("the decoding cache has no arrays; the batch size is read from its leading dim")
+  return leaves[0].shape[0]
+
+
+def _sentence_max_lens(max_len: int, max_lens: Optional[Array], batch: int) -> Array:
+  if max_lens is None:
+    return jnp.full((batch,), max_len, jnp.int32)
+  return jnp.clip(jnp.asarray(max_lens, jnp.int32), 1, max_len)
+
+
+def _previous_tokens(seqs: Array, step: Array) -> Array:
+  """Token generated at position step - 1 (0 at step 0); `seqs` [..., max_len]."""
+  prev = jax.lax.dynamic_index_in_dim(seqs, jnp.maximum(step - 1, 0), axis=-1, keepdims=False)
+  return jnp.where(step == 0, PAD_ID, prev)
+
+
+def _next_log_probs(step_fn: StepFn, cache: Any, tokens: Array, step: Array) -> tuple[Array, Any]:
+  logits, cache = step_fn(cache, tokens, step)
+  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # [rows, vocab]
+  return log_probs.at[:, PAD_ID].set(NEG_INF), cache
+
+
+# ------------------------------------------------------------------------ greedy
+
+
+def greedy_search(step_fn: StepFn, cache: Any, *, max_len: int,
+                  max_lens: Optional[Array] = None, eos_id: int = EOS_ID) -> tuple[Array, Array]:
+  """Most probable next token at each step, until EOS or the sentence's maximum length.
+
+  `max_len` is the static output length; `max_lens` [batch] optional per-sentence
+  maxima (<= max_len). Returns tokens [batch, max_len] (0 after EOS) and the
+  summed log-probabilities [batch] float32 (no length penalty).
+  """
+  batch = _batch_size(cache)
+  limits = _sentence_max_lens(max_len, max_lens, batch)
+
+  def cond(state):
+    step, _, _, done, _ = state
+    return (step < max_len) & ~jnp.all(done)
+
+  def body(state):
+    step, seqs, log_prob, done, cache = state
+    log_probs, cache = _next_log_probs(step_fn, cache, _previous_tokens(seqs, step), step)
+    token = jnp.argmax(log_probs, axis=-1).astype(jnp.int32)                   # [batch]
+    token_log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
+    token = jnp.where(done, PAD_ID, token)
+    log_prob = log_prob + jnp.where(done, 0.0, token_log_prob)
+    seqs = jax.lax.dynamic_update_index_in_dim(seqs, token, step, axis=1)
+    done = done | (token == eos_id) | (step + 1 >= limits)
+    return step + 1, seqs, log_prob, done, cache
+
+  state = (jnp.int32(0), jnp.zeros((batch, max_len), jnp.int32), jnp.zeros((batch,), jnp.float32),
+           jnp.zeros((batch,), bool), cache)
+  _, seqs, log_prob, _, _ = jax.lax.while_loop(cond, body, state)
+  return seqs, log_prob
+
+
+# --------------------------------------------------------------------------- beam
+
+
+class _BeamState(NamedTuple):
+  step: Array          # [] position of the token generated next
+  alive_seqs: Array    # [batch, beam, max_len]
+  alive_log_prob: Array  # [batch, beam] float32
+  alive_ok: Array      # [batch, beam] bool: holds a hypothesis still being extended
+  cache: Any           # leaves [batch * beam, ...]
+  done_seqs: Array     # [batch, beam, max_len], best first
+  done_score: Array    # [batch, beam] float32, length-penalised
+  done_ok: Array       # [batch, beam] bool
+  sentence_done: Array  # [batch] bool
+
+
+def _gather_beams(x: Array, beam_index: Array) -> Array:
+  """x [batch, beam, ...] -> x[b, beam_index[b, k], ...]; beam_index [batch, k]."""
+  index = beam_index.reshape(beam_index.shape + (1,) * (x.ndim - 2))
+  return jnp.take_along_axis(x, index, axis=1)
+
+
+def _gather_cache(cache: Any, beam_index: Array) -> Any:
+  """Reorders cache rows [batch * beam, ...] to the beams chosen by beam_index [batch, beam]."""
+  batch, beam = beam_index.shape
+  rows = (jnp.arange(batch)[:, None] * beam + beam_index).reshape(-1)
+  return jax.tree.map(lambda x: jnp.take(x, rows, axis=0), cache)
+
+
+def beam_search(step_fn: StepFn, cache: Any, *, beam_size: int = 4, alpha: float = 0.6,
+                max_len: int, max_lens: Optional[Array] = None, eos_id: int = EOS_ID,
+                n_best: int = 1) -> tuple[Array, Array]:
+  """Length-penalised beam search with early stopping per sentence.
+
+  `cache` has leading dim `batch` on every leaf (one row per sentence); it is
+  tiled to `beam_size` rows per sentence here. `max_len` is the static output
+  length; `max_lens` [batch] optional per-sentence maxima (<= max_len), e.g.
+  input length + 50. A sentence stops once no live hypothesis can beat its
+  `n_best`-th finished one: with alpha >= 0 a live hypothesis can at best reach
+  its current log-probability over lp(sentence maximum), since log-probabilities
+  only fall and lp only grows. The loop ends when every sentence has stopped.
+
+  Returns tokens [batch, n_best, max_len] int32 (0 after EOS) and scores
+  [batch, n_best] float32, best first; a slot without any hypothesis (only
+  possible with a vocabulary smaller than the beam) scores NEG_INF.
+  """
+  if alpha < 0:
+    raise ValueError(f"alpha={alpha} must be >= 0: the early-stopping bound assumes a "
+                     "length penalty that grows with length")
+  if not 1 <= n_best <= beam_size:
+    raise ValueError(f"n_best={n_best} must be between 1 and beam_size={beam_size}")
+  batch = _batch_size(cache)
+  limits = _sentence_max_lens(max_len, max_lens, batch)                        # [batch]
+  best_possible_lp = length_penalty(limits, alpha)                             # [batch]
+  k = beam_size
+
+  def cond(s: _BeamState):
+    return (s.step < max_len) & ~jnp.all(s.sentence_done)
+
+  def body(s: _BeamState) -> _BeamState:
+    tokens = _previous_tokens(s.alive_seqs, s.step).reshape(batch * k)
+    log_probs, cache = _next_log_probs(step_fn, s.cache, tokens, s.step)
+    vocab = log_probs.shape[-1]
+    log_probs = log_probs.reshape(batch, k, vocab)
+    candidates = jnp.where(s.alive_ok[..., None], s.alive_log_prob[..., None] + log_probs, NEG_INF)
+    # Each beam has one EOS extension, so the best 2k hold at least k that go on.
+    top_log_prob, top_index = jax.lax.top_k(candidates.reshape(batch, k * vocab), 2 * k)
+    top_beam, top_token = top_index // vocab, top_index % vocab                # [batch, 2k]
+    top_ok = _gather_beams(s.alive_ok, top_beam) & (top_token != PAD_ID)
+    top_seqs = jax.lax.dynamic_update_index_in_dim(
+        _gather_beams(s.alive_seqs, top_beam), top_token, s.step, axis=2)     # [batch, 2k, max_len]
+
+    # Finished now: EOS within the best k, or anything within the best k at the limit.
+    length = s.step + 1
+    at_limit = (length >= limits)[:, None]                                     # [batch, 1]
+    in_top_k = jnp.arange(2 * k) < k
+    finishing = top_ok & in_top_k & ((top_token == eos_id) | at_limit)
+    new_score = jnp.where(finishing, top_log_prob / length_penalty(length, alpha), NEG_INF)
+    pool_score = jnp.concatenate([jnp.where(s.done_ok, s.done_score, NEG_INF), new_score], 1)
+    pool_ok = jnp.concatenate([s.done_ok, finishing], 1)
+    pool_seqs = jnp.concatenate([s.done_seqs, top_seqs], 1)
+    done_score, keep = jax.lax.top_k(pool_score, k)
+    done_ok = _gather_beams(pool_ok, keep)
+    done_seqs = _gather_beams(pool_seqs, keep)
+
+    # Still alive: the best k extensions that do not end in EOS.
+    goes_on = top_token != eos_id
+    alive_log_prob, pick = jax.lax.top_k(jnp.where(goes_on, top_log_prob, 2 * NEG_INF), k)
+    alive_ok = _gather_beams(top_ok & goes_on, pick) & ~at_limit
+    alive_seqs = _gather_beams(top_seqs, pick)
+    cache = _gather_cache(cache, _gather_beams(top_beam, pick))
+
+    best_alive = jnp.max(jnp.where(alive_ok, alive_log_prob, NEG_INF), axis=1) / best_possible_lp
+    beaten = done_ok[:, n_best - 1] & (done_score[:, n_best - 1] >= best_alive)
+    sentence_done = s.sentence_done | beaten | ~jnp.any(alive_ok, axis=1)
+    alive_ok = alive_ok & ~sentence_done[:, None]
+    return _BeamState(s.step + 1, alive_seqs, alive_log_prob, alive_ok, cache,
+                      done_seqs, done_score, done_ok, sentence_done)
+
+  first_beam = jnp.arange(k) == 0
+  init = _BeamState(
+      step=jnp.int32(0),
+      alive_seqs=jnp.zeros((batch, k, max_len), jnp.int32),
+      # Only beam 0 holds the empty prefix, so the first step does not pick k copies.
+      alive_log_prob=jnp.where(first_beam, 0.0, NEG_INF)[None].repeat(batch, 0),
+      alive_ok=first_beam[None].repeat(batch, 0),
+      cache=jax.tree.map(lambda x: jnp.repeat(x, k, axis=0), cache),
+      done_seqs=jnp.zeros((batch, k, max_len), jnp.int32),
+      done_score=jnp.full((batch, k), NEG_INF, jnp.float32),
+      done_ok=jnp.zeros((batch, k), bool),
+      sentence_done=jnp.zeros((batch,), bool))
+  final = jax.lax.while_loop(cond, body, init)
+  return final.done_seqs[:, :n_best], final.done_score[:, :n_best]
+
+
+# ------------------------------------------------------------------- with the model
+
+
+def uncached_decoder(cfg: configs.TransformerConfig, params: Any, inputs: Array,
+                     max_len: int) -> tuple[Any, StepFn]:
+  """A (cache, step_fn) pair that reruns the whole decoder on the prefix every step.
+
+  The encoder runs once (as with the cache); each step then applies the
+  teacher-forced `Transformer.decode` to all `max_len` positions and reads one.
+  It exists to check that the incremental cache changes nothing (same tokens)
+  and to measure what it saves.
+  """
+  transformer = model.Transformer(cfg)
+  variables = {"params": params}
+  batch = inputs.shape[0]
+  state = {"inputs": inputs, "prefix": jnp.zeros((batch, max_len), jnp.int32),
+           "encoded": transformer.apply(variables, inputs, method=model.Transformer.encode)}
+
+  def step_fn(state, tokens, position):
+    # `tokens` is the output at position - 1 (the model shifts targets right itself).
+    written = jax.lax.dynamic_update_index_in_dim(
+        state["prefix"], tokens, jnp.maximum(position - 1, 0), axis=1)
+    prefix = jnp.where(position == 0, state["prefix"], written)
+    # The teacher-forced decoder hides target positions holding padding; any
+    # non-zero id at `position` keeps the query real (its value is never read).
+    targets = jax.lax.dynamic_update_index_in_dim(
+        prefix, jnp.full_like(tokens, EOS_ID), position, axis=1)
+    logits = transformer.apply(variables, state["encoded"], state["inputs"], targets,
+                               method=model.Transformer.decode)   # [rows, max_len, vocab]
+    next_logits = jax.lax.dynamic_index_in_dim(logits, position, axis=1, keepdims=False)
+    return next_logits, {**state, "prefix": prefix}
+
+  return state, step_fn
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "beam_size", "alpha", "max_len", "n_best",
+                                             "cached"))
+def _beam_decode(params: Any, inputs: Array, max_lens: Array, *, cfg: configs.TransformerConfig,
+                 beam_size: int, alpha: float, max_len: int, n_best: int,
+                 cached: bool) -> tuple[Array, Array]:
+  if cached:
+    cache = model.init_cache(cfg, params, inputs, max_len)
+    step_fn = functools.partial(model.decode_step, cfg, params)
+  else:
+    cache, step_fn = uncached_decoder(cfg, params, inputs, max_len)
+  return beam_search(step_fn, cache, beam_size=beam_size, alpha=alpha, max_len=max_len,
+                     max_lens=max_lens, n_best=n_best)
+
+
+def translate_batch(cfg: configs.TransformerConfig, params: Any, inputs: Array, *,
+                    beam_size: Optional[int] = None, alpha: Optional[float] = None,
+                    max_decode_extra: Optional[int] = None, n_best: int = 1,
+                    cached: bool = True) -> tuple[Array, Array]:
+  """Beam search for one batch of source ids [batch, length] (EOS-terminated, 0-padded).
+
+  Settings default to the config's (beam 4, alpha 0.6, input length + 50). Each
+  sentence may produce up to its own length (EOS included) + max_decode_extra
+  tokens, capped by the model's cfg.max_len positions. Returns tokens
+  [batch, n_best, max_len] and scores [batch, n_best] as `beam_search`; an
+  all-padding (filler) row stops after one token.
+  """
+  inputs = np.asarray(inputs, np.int32)
+  if inputs.ndim != 2:
+    raise ValueError(f"inputs must be [batch, length] ids, got shape {inputs.shape}")
+  if inputs.shape[1] > cfg.max_len:
+    raise ValueError(f"inputs have length {inputs.shape[1]} > cfg.max_len={cfg.max_len}; "
+                     "truncate the sources first")
+  extra = cfg.max_decode_extra if max_decode_extra is None else max_decode_extra
+  max_len = min(inputs.shape[1] + extra, cfg.max_len)
+  lengths = (inputs != PAD_ID).sum(axis=1)
+  # An all-padding row is a filler (as in training batches): stop it after one token.
+  max_lens = np.where(lengths == 0, 1, np.minimum(lengths + extra, max_len)).astype(np.int32)
+  return _beam_decode(
+      params, jnp.asarray(inputs), jnp.asarray(max_lens), cfg=cfg,
+      beam_size=cfg.beam_size if beam_size is None else beam_size,
+      alpha=float(cfg.alpha if alpha is None else alpha), max_len=max_len, n_best=n_best,
+      cached=cached)
+
+
+def _bucket(n: int, minimum: int = 8) -> int:
+  """Smallest of 8, 12, 16, 24, 32, 48, ... that is >= n: few distinct shapes to compile."""
+  size = minimum
+  while size < n:
+    size = size * 3 // 2 if size & (size - 1) == 0 else size * 4 // 3
+  return size
+
+
+def strip_eos(tokens: Sequence[int]) -> list[int]:
+  """The ids before the first EOS (or padding)."""
+  out = []
+  for token in tokens:
+    if token in (EOS_ID, PAD_ID):
+      break
+    out.append(int(token))
+  return out
+
+
+def decode_ids(cfg: configs.TransformerConfig, params: Any, sources: Sequence[Sequence[int]], *,
+               batch_size: Optional[int] = None, cached: bool = True,
+               **search: Any) -> list[list[int]]:
+  """Translates id sequences (without EOS) to id sequences (without EOS), in input order.
+
+  Sentences are sorted by length and decoded `batch_size` at a time (default
+  cfg.decode_batch_size); batch shapes are rounded up to a few buckets so that
+  a test set compiles a handful of programs. `search` goes to `translate_batch`
+  (beam_size, alpha, max_decode_extra).
+  """
+  batch_size = cfg.decode_batch_size if batch_size is None else batch_size
+  too_long = [i for i, s in enumerate(sources) if len(s) + 1 > cfg.max_len]
+  if too_long:
+    raise ValueError(f"source {too_long[0]} has {len(sources[too_long[0]])} ids; at most "
+                     f"cfg.max_len - 1 = {cfg.max_len - 1} fit with EOS: truncate it first")
+  order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
+  results: list[list[int]] = [[] for _ in sources]
+  for start in range(0, len(order), batch_size):
+    chunk = order[start:start + batch_size]
+    width = min(_bucket(max(len(sources[i]) for i in chunk) + 1), cfg.max_len)
+    rows = min(batch_size, 1 << (len(chunk) - 1).bit_length())
+    inputs = np.zeros((rows, width), np.int32)
+    for row, i in enumerate(chunk):
+      inputs[row, :len(sources[i]) + 1] = [*sources[i], EOS_ID]
+    tokens, _ = translate_batch(cfg, params, inputs, cached=cached, **search)
+    tokens = np.asarray(tokens[:, 0])
+    for row, i in enumerate(chunk):
+      results[i] = strip_eos(tokens[row])
+  return results

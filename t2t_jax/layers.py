@@ -1,0 +1,196 @@
+"""Attention, masks and positions as pure functions; thin Linen modules around them.
+
+Shapes, named the same way everywhere:
+  ids          [batch, length] int32, 0 is padding
+  activations  [batch, length, d_model]
+  per head     [batch, length, heads, depth]
+  attention    [batch, heads, q_length, kv_length]; masks and biases broadcast to it
+
+Masks are booleans (True = may attend). `mask_to_bias` turns them into additive
+biases with a large but finite negative value, so a row with nothing to attend to
+gets a uniform distribution instead of NaN.
+"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Callable, Optional
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+# exp(-1e9 - max) underflows to exactly 0 in float32, and -1e9 + -1e9 is still
+# finite, so summed masks never overflow to -inf.
+NEG_INF = -1e9
+
+
+# ----------------------------------------------------------------------------- masks
+
+
+def causal_mask(length: int) -> Array:
+  """[1, 1, length, length] bool: query i may attend to keys j <= i."""
+  idx = jnp.arange(length)
+  return (idx[None, :] <= idx[:, None])[None, None]
+
+
+def padding_mask(q_ids: Array, kv_ids: Array) -> Array:
+  """[batch, 1, q_length, kv_length] bool: both the query and the key are real tokens (id != 0)."""
+  if q_ids.ndim != 2 or kv_ids.ndim != 2:
+    raise ValueError(f"padding_mask expects [batch, length] ids, got {q_ids.shape} and {kv_ids.shape}")
+  return ((q_ids != 0)[:, :, None] & (kv_ids != 0)[:, None, :])[:, None]
+
+
+def local_mask(length: int, window: int) -> Array:
+  """[1, 1, length, length] bool: |i - j| <= window (restricted self-attention, Table 1).
+
+  For the decoder, combine with `causal_mask` to get the r previous positions.
+  """
+  if window < 0:
+    raise ValueError(f"window={window} must be >= 0")
+  idx = jnp.arange(length)
+  return (jnp.abs(idx[None, :] - idx[:, None]) <= window)[None, None]
+
+
+def mask_to_bias(mask: Array, dtype: Any = jnp.float32) -> Array:
+  """0 where `mask` is True, NEG_INF where it is False."""
+  return jnp.where(mask, 0.0, NEG_INF).astype(dtype)
+
+
+# ------------------------------------------------------------------------- positions
+
+
+def sinusoidal_encoding(positions: Array, d_model: int) -> Array:
+  """[..., d_model] float32 encodings of integer `positions` (section 3.5).
+
+  PE(pos, 2i) = sin(pos / 10000^(2i / d_model)) and PE(pos, 2i + 1) = cos(same):
+  sine and cosine interleaved, not two concatenated halves.
+  """
+  two_i = jnp.arange(0, d_model, 2, dtype=jnp.float32)                 # [ceil(d_model / 2)]
+  angles = jnp.asarray(positions, jnp.float32)[..., None] / jnp.power(10000.0, two_i / d_model)
+  pe = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)          # [..., d/2, 2]
+  return pe.reshape(*pe.shape[:-2], -1)[..., :d_model]
+
+
+def sinusoidal_positions(length: int, d_model: int) -> Array:
+  """[length, d_model] float32 table of `sinusoidal_encoding` for positions 0..length-1."""
+  return sinusoidal_encoding(jnp.arange(length), d_model)
+
+
+# ------------------------------------------------------------------------- attention
+
+
+def scaled_dot_product_attention(
+    q: Array, k: Array, v: Array, bias: Optional[Array] = None,
+    dropout_rng: Optional[Array] = None, dropout_rate: float = 0.0,
+    deterministic: bool = True, dtype: Any = None) -> tuple[Array, Array]:
+  """softmax(Q K^T / sqrt(d_k) + bias) V, for every head at once.
+
+  Args:
+    q: [batch, q_length, heads, d_k] queries.
+    k: [batch, kv_length, heads, d_k] keys.
+    v: [batch, kv_length, heads, d_v] values.
+    bias: additive, broadcastable to [batch, heads, q_length, kv_length]; use
+      `mask_to_bias` for masks.
+    dropout_rng: key for dropout on the probabilities; needed when
+      `deterministic` is False and `dropout_rate` > 0.
+    dtype: compute dtype of the two matrix products (default: q's dtype). The
+      logits, bias and softmax are float32 regardless.
+
+  Returns:
+    output [batch, q_length, heads, d_v] in `dtype`, and the probabilities
+    [batch, heads, q_length, kv_length] float32 (before dropout).
+  """
+  assert q.ndim == k.ndim == v.ndim == 4, f"rank-4 q, k, v expected: {q.shape} {k.shape} {v.shape}"
+  assert q.shape[0] == k.shape[0] == v.shape[0], f"batch mismatch: {q.shape} {k.shape} {v.shape}"
+  assert q.shape[2] == k.shape[2] == v.shape[2], f"heads mismatch: {q.shape} {k.shape} {v.shape}"
+  assert q.shape[3] == k.shape[3], f"q and k depth differ: {q.shape} {k.shape}"
+  assert k.shape[1] == v.shape[1], f"k and v lengths differ: {k.shape} {v.shape}"
+  use_dropout = not deterministic and dropout_rate > 0.0
+  if use_dropout and dropout_rng is None:
+    raise ValueError("attention dropout needs dropout_rng (pass rngs={'dropout': key})")
+  dtype = dtype or q.dtype
+  q = (q / math.sqrt(q.shape[-1])).astype(dtype)
+  logits = jnp.einsum("bqhd,bkhd->bhqk", q, k.astype(dtype)).astype(jnp.float32)
+  if bias is not None:
+    logits = logits + bias.astype(jnp.float32)
+  probs = jax.nn.softmax(logits, axis=-1)                              # [batch, heads, q, kv]
+  weights = probs
+  if use_dropout:
+    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
+    weights = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
+  out = jnp.einsum("bhqk,bkhd->bqhd", weights.astype(dtype), v.astype(dtype))
+  return out, probs
+
+
+# --------------------------------------------------------------------------- modules
+
+default_kernel_init = nn.initializers.xavier_uniform()
+
+
+class MultiHeadAttention(nn.Module):
+  """Multi-head attention (section 3.2.2) with independent d_k and d_v.
+
+  Projections d_model -> heads*d_k (queries, keys), d_model -> heads*d_v
+  (values) and heads*d_v -> d_model (W^O). No biases: the paper's equations
+  have none here (the FFN's do). `project_kv` is exposed so that incremental
+  decoding can cache keys/values and pass them back through `kv`; every path
+  goes through the same `scaled_dot_product_attention`.
+  """
+  num_heads: int
+  d_k: int
+  d_v: int
+  d_model: int
+  dropout_rate: float = 0.0          # on the attention probabilities
+  dtype: Any = jnp.float32
+  kernel_init: Callable = default_kernel_init
+
+  def setup(self):
+    dense = lambda features, axis=-1: nn.DenseGeneral(
+        features, axis=axis, use_bias=False, dtype=self.dtype, param_dtype=jnp.float32,
+        kernel_init=self.kernel_init)
+    self.query = dense((self.num_heads, self.d_k))                    # [d_model, heads, d_k]
+    self.key = dense((self.num_heads, self.d_k))
+    self.value = dense((self.num_heads, self.d_v))
+    self.out = dense(self.d_model, axis=(-2, -1))                      # [heads, d_v, d_model]
+
+  def project_kv(self, inputs_kv: Array) -> tuple[Array, Array]:
+    """[batch, kv_length, d_model] -> keys [.., heads, d_k], values [.., heads, d_v]."""
+    return self.key(inputs_kv), self.value(inputs_kv)
+
+  def __call__(self, inputs_q: Array, inputs_kv: Optional[Array] = None,
+               bias: Optional[Array] = None, deterministic: bool = True,
+               kv: Optional[tuple[Array, Array]] = None) -> Array:
+    """[batch, q_length, d_model] -> [batch, q_length, d_model].
+
+    Keys and values come from `inputs_kv` (default: `inputs_q`, self-attention)
+    unless already projected ones are given in `kv`.
+    """
+    q = self.query(inputs_q)                                           # [batch, q, heads, d_k]
+    if kv is None:
+      kv = self.project_kv(inputs_q if inputs_kv is None else inputs_kv)
+    k, v = kv
+    dropout_rng = None
+    if not deterministic and self.dropout_rate > 0.0:
+      dropout_rng = self.make_rng("dropout")
+    out, probs = scaled_dot_product_attention(
+        q, k, v, bias, dropout_rng=dropout_rng, dropout_rate=self.dropout_rate,
+        deterministic=deterministic, dtype=self.dtype)                 # [batch, q, heads, d_v]
+    self.sow("intermediates", "attention_weights", probs)
+    return self.out(out)
+
+
+class FeedForward(nn.Module):
+  """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3)."""
+  d_model: int
+  d_ff: int
+  dtype: Any = jnp.float32
+  kernel_init: Callable = default_kernel_init
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=jnp.float32,
+                                     kernel_init=self.kernel_init, name=name)
+    return dense(self.d_model, "wo")(nn.relu(dense(self.d_ff, "wi")(x)))

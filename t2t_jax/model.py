@@ -1,0 +1,316 @@
+"""The Transformer (section 3): encoder, decoder, shared embeddings, incremental decoding.
+
+    params = init_params(cfg, key)
+    logits = Transformer(cfg).apply({"params": params}, inputs, targets, train=False)
+    cache = init_cache(cfg, params, inputs, max_decode_len)
+    logits, cache = decode_step(cfg, params, cache, tokens, position)
+
+Every sub-layer is post-norm, `LayerNorm(x + Dropout(Sublayer(x)))`. Token 0 is
+padding; the decoder input is the target shifted right with 0 in front. The
+full forward pass and `decode_step` run the same layer modules with the same
+parameters; decoding only swaps freshly projected keys/values for cached ones.
+Initialisation choices are explained in docs/model.md.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from typing import Any, Optional
+
+import flax
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from t2t_jax import layers
+from t2t_jax.configs import TransformerConfig
+
+Array = jax.Array
+Cache = dict[str, Any]
+
+
+def shift_right(targets: Array) -> Array:
+  """[batch, length] -> [batch, length]: [t0, t1, ...] becomes [0, t0, t1, ...]."""
+  return jnp.pad(targets, ((0, 0), (1, 0)))[:, :-1]
+
+
+def _dtype(cfg: TransformerConfig) -> Any:
+  return jnp.dtype(cfg.dtype)
+
+
+def _layer_norm() -> nn.LayerNorm:
+  # float32 statistics and output whatever the compute dtype; eps as tensor2tensor.
+  return nn.LayerNorm(epsilon=1e-6, dtype=jnp.float32, param_dtype=jnp.float32)
+
+
+def _attention(cfg: TransformerConfig) -> layers.MultiHeadAttention:
+  return layers.MultiHeadAttention(
+      num_heads=cfg.num_heads, d_k=cfg.key_depth, d_v=cfg.value_depth, d_model=cfg.d_model,
+      dropout_rate=cfg.attention_dropout_rate, dtype=_dtype(cfg))
+
+
+class EncoderLayer(nn.Module):
+  """Self-attention, then feed-forward; each wrapped as LayerNorm(x + Dropout(f(x)))."""
+  config: TransformerConfig
+
+  def setup(self):
+    cfg = self.config
+    self.self_attention = _attention(cfg)
+    self.ffn = layers.FeedForward(cfg.d_model, cfg.d_ff, dtype=_dtype(cfg))
+    self.norm_attention = _layer_norm()
+    self.norm_ffn = _layer_norm()
+    self.dropout = nn.Dropout(cfg.dropout_rate)
+
+  def _add_norm(self, x, y, norm, deterministic):
+    return norm(x + self.dropout(y, deterministic=deterministic)).astype(x.dtype)
+
+  def __call__(self, x: Array, bias: Array, deterministic: bool) -> Array:
+    """[batch, src_len, d_model] -> same; `bias` broadcasts to [batch, heads, src, src]."""
+    x = self._add_norm(x, self.self_attention(x, bias=bias, deterministic=deterministic),
+                       self.norm_attention, deterministic)
+    return self._add_norm(x, self.ffn(x), self.norm_ffn, deterministic)
+
+
+class DecoderLayer(nn.Module):
+  """Masked self-attention, encoder-decoder attention, feed-forward (all post-norm)."""
+  config: TransformerConfig
+
+  def setup(self):
+    cfg = self.config
+    self.self_attention = _attention(cfg)
+    self.cross_attention = _attention(cfg)
+    self.ffn = layers.FeedForward(cfg.d_model, cfg.d_ff, dtype=_dtype(cfg))
+    self.norm_self = _layer_norm()
+    self.norm_cross = _layer_norm()
+    self.norm_ffn = _layer_norm()
+    self.dropout = nn.Dropout(cfg.dropout_rate)
+
+  def _add_norm(self, x, y, norm, deterministic):
+    return norm(x + self.dropout(y, deterministic=deterministic)).astype(x.dtype)
+
+  def _block(self, y, self_kv, cross_kv, self_bias, cross_bias, deterministic):
+    """The layer itself, given already projected self- and cross-attention keys/values."""
+    y = self._add_norm(
+        y, self.self_attention(y, bias=self_bias, kv=self_kv, deterministic=deterministic),
+        self.norm_self, deterministic)
+    y = self._add_norm(
+        y, self.cross_attention(y, bias=cross_bias, kv=cross_kv, deterministic=deterministic),
+        self.norm_cross, deterministic)
+    return self._add_norm(y, self.ffn(y), self.norm_ffn, deterministic)
+
+  def __call__(self, y: Array, encoded: Array, self_bias: Array, cross_bias: Array,
+               deterministic: bool) -> Array:
+    """y [batch, tgt_len, d_model], encoded [batch, src_len, d_model] -> [batch, tgt_len, d_model]."""
+    return self._block(y, self.self_attention.project_kv(y), self.cross_kv(encoded),
+                       self_bias, cross_bias, deterministic)
+
+  def cross_kv(self, encoded: Array) -> tuple[Array, Array]:
+    """Encoder-decoder keys [batch, src_len, heads, d_k] and values [.., d_v]."""
+    return self.cross_attention.project_kv(encoded)
+
+  def step(self, y: Array, cache: Cache, position: Array, self_bias: Array,
+           cross_bias: Array) -> tuple[Array, Cache]:
+    """One position: y [batch, 1, d_model]; writes its keys/values at `position` in the cache."""
+    k, v = self.self_attention.project_kv(y)                            # [batch, 1, heads, d]
+    index = (0, position, 0, 0)
+    keys = lax.dynamic_update_slice(cache["self_key"], k.astype(cache["self_key"].dtype), index)
+    values = lax.dynamic_update_slice(
+        cache["self_value"], v.astype(cache["self_value"].dtype), index)
+    y = self._block(y, (keys, values), (cache["cross_key"], cache["cross_value"]),
+                    self_bias, cross_bias, deterministic=True)
+    return y, {**cache, "self_key": keys, "self_value": values}
+
+
+class Encoder(nn.Module):
+  """N encoder layers over embedded sources."""
+  config: TransformerConfig
+
+  def setup(self):
+    self.layers = [EncoderLayer(self.config) for _ in range(self.config.num_layers)]
+
+  def __call__(self, x: Array, bias: Array, deterministic: bool) -> Array:
+    for layer in self.layers:
+      x = layer(x, bias, deterministic)
+    return x
+
+
+class Decoder(nn.Module):
+  """N decoder layers; `step` runs them for one position against per-layer caches."""
+  config: TransformerConfig
+
+  def setup(self):
+    self.layers = [DecoderLayer(self.config) for _ in range(self.config.num_layers)]
+
+  def __call__(self, y: Array, encoded: Array, self_bias: Array, cross_bias: Array,
+               deterministic: bool) -> Array:
+    for layer in self.layers:
+      y = layer(y, encoded, self_bias, cross_bias, deterministic)
+    return y
+
+  def cross_kv(self, encoded: Array) -> list[tuple[Array, Array]]:
+    return [layer.cross_kv(encoded) for layer in self.layers]
+
+  def step(self, y: Array, caches: list[Cache], position: Array, self_bias: Array,
+           cross_bias: Array) -> tuple[Array, list[Cache]]:
+    new_caches = []
+    for layer, cache in zip(self.layers, caches):
+      y, cache = layer.step(y, cache, position, self_bias, cross_bias)
+      new_caches.append(cache)
+    return y, new_caches
+
+
+class Transformer(nn.Module):
+  """Encoder-decoder Transformer. `__call__(inputs, targets, train)` -> logits float32.
+
+  Other entry points (use with `apply(..., method=...)`): `encode`, `decode`,
+  `init_cache`, `decode_step`.
+  """
+  config: TransformerConfig
+
+  def setup(self):
+    cfg = self.config
+    # std d_model^-0.5: after the sqrt(d_model) scale the input embeddings have unit
+    # variance, and as the output projection x . E^T of a layer-normed x has unit
+    # variance too (docs/model.md).
+    embed = lambda: nn.Embed(
+        cfg.vocab_size, cfg.d_model, dtype=_dtype(cfg), param_dtype=jnp.float32,
+        embedding_init=nn.initializers.normal(stddev=cfg.d_model ** -0.5))
+    if cfg.share_embeddings:
+      self.embedding = embed()
+    else:
+      self.source_embedding = embed()
+      self.target_embedding = embed()
+      self.output_embedding = embed()
+    if cfg.positional_encoding == "learned":
+      # std sqrt(1/2): the per-element variance of the sinusoids it replaces.
+      init = nn.initializers.normal(stddev=math.sqrt(0.5))
+      self.source_positions = self.param("source_positions", init, (cfg.max_len, cfg.d_model))
+      self.target_positions = self.param("target_positions", init, (cfg.max_len, cfg.d_model))
+    self.encoder = Encoder(cfg)
+    self.decoder = Decoder(cfg)
+    self.dropout = nn.Dropout(cfg.dropout_rate)
+
+  # -------------------------------------------------------------- building blocks
+
+  def _embedding(self, role: str) -> nn.Embed:
+    return self.embedding if self.config.share_embeddings else getattr(self, f"{role}_embedding")
+
+  def _check_length(self, length: int, what: str) -> None:
+    if self.config.positional_encoding == "learned" and length > self.config.max_len:
+      raise ValueError(
+          f"{what} length {length} exceeds max_len={self.config.max_len} of the learned "
+          "positional table; raise --config.max_len or truncate the inputs")
+
+  def _embed(self, ids: Array, positions: Array, role: str, deterministic: bool) -> Array:
+    """ids [batch, length] at integer `positions` [length] -> [batch, length, d_model]."""
+    cfg = self.config
+    x = self._embedding(role)(ids) * math.sqrt(cfg.d_model)            # stays in compute dtype
+    if cfg.positional_encoding == "learned":
+      table = self.source_positions if role == "source" else self.target_positions
+      pe = jnp.take(table, positions, axis=0)
+    else:
+      pe = layers.sinusoidal_encoding(positions, cfg.d_model)          # [length, d_model]
+    x = (x + pe[None].astype(x.dtype)).astype(_dtype(cfg))
+    return self.dropout(x, deterministic=deterministic)
+
+  def _self_mask(self, length: int) -> Optional[Array]:
+    """[1, 1, length, length] restricted-attention mask, or None for full attention."""
+    window = self.config.attention_window
+    return None if window is None else layers.local_mask(length, window)
+
+  def _logits(self, y: Array) -> Array:
+    """[batch, length, d_model] -> [batch, length, vocab] float32 (pre-softmax, section 3.4)."""
+    return self._embedding("output").attend(y).astype(jnp.float32)
+
+  # ------------------------------------------------------------------ forward pass
+
+  def encode(self, inputs: Array, train: bool = False) -> Array:
+    """inputs [batch, src_len] -> encoded [batch, src_len, d_model] (compute dtype)."""
+    length = inputs.shape[1]
+    self._check_length(length, "source")
+    mask = layers.padding_mask(inputs, inputs)                         # [batch, 1, src, src]
+    if (local := self._self_mask(length)) is not None:
+      mask = mask & local
+    x = self._embed(inputs, jnp.arange(length), "source", deterministic=not train)
+    return self.encoder(x, layers.mask_to_bias(mask), deterministic=not train)
+
+  def decode(self, encoded: Array, inputs: Array, targets: Array, train: bool = False) -> Array:
+    """Teacher-forced decoder: logits [batch, tgt_len, vocab] float32 for every position."""
+    length = targets.shape[1]
+    self._check_length(length, "target")
+    # Key j is masked where targets[j] is padding; for real positions that never
+    # hides anything the causal mask allows (padding only trails), so this equals
+    # `decode_step`, which only has the causal mask.
+    self_mask = layers.padding_mask(targets, targets) & layers.causal_mask(length)
+    if (local := self._self_mask(length)) is not None:
+      self_mask = self_mask & local
+    cross_mask = layers.padding_mask(targets, inputs)                  # [batch, 1, tgt, src]
+    y = self._embed(shift_right(targets), jnp.arange(length), "target", deterministic=not train)
+    y = self.decoder(y, encoded, layers.mask_to_bias(self_mask), layers.mask_to_bias(cross_mask),
+                     deterministic=not train)
+    return self._logits(y)
+
+  def __call__(self, inputs: Array, targets: Array, train: bool = False) -> Array:
+    """inputs [batch, src_len], targets [batch, tgt_len] -> logits [batch, tgt_len, vocab] float32."""
+    return self.decode(self.encode(inputs, train), inputs, targets, train)
+
+  # ---------------------------------------------------------- incremental decoding
+
+  def init_cache(self, inputs: Array, max_decode_len: int) -> Cache:
+    """Runs the encoder once; pre-computes each decoder layer's cross-attention keys/values."""
+    self._check_length(max_decode_len, "decode")
+    cfg = self.config
+    batch = inputs.shape[0]
+    encoded = self.encode(inputs, train=False)
+    shape = lambda depth: (batch, max_decode_len, cfg.num_heads, depth)
+    caches = [{"self_key": jnp.zeros(shape(cfg.key_depth), _dtype(cfg)),
+               "self_value": jnp.zeros(shape(cfg.value_depth), _dtype(cfg)),
+               "cross_key": k, "cross_value": v}
+              for k, v in self.decoder.cross_kv(encoded)]
+    return {"source_ids": inputs, "layers": caches}
+
+  def decode_step(self, cache: Cache, tokens: Array, position: Array) -> tuple[Array, Cache]:
+    """tokens [batch] at scalar `position` -> next-token logits [batch, vocab] float32, cache."""
+    max_decode_len = cache["layers"][0]["self_key"].shape[1]
+    y = self._embed(tokens[:, None], jnp.reshape(position, (1,)), "target", deterministic=True)
+    keys = jnp.arange(max_decode_len)
+    allowed = keys <= position                                         # [max_decode_len]
+    if self.config.attention_window is not None:
+      allowed = allowed & (position - keys <= self.config.attention_window)
+    self_bias = layers.mask_to_bias(allowed)[None, None, None, :]      # [1, 1, 1, max_len]
+    cross_bias = layers.mask_to_bias(cache["source_ids"] != 0)[:, None, None, :]
+    y, caches = self.decoder.step(y, cache["layers"], position, self_bias, cross_bias)
+    return self._logits(y)[:, 0], {**cache, "layers": caches}
+
+
+# ----------------------------------------------------------------- functional API
+
+
+def init_params(cfg: TransformerConfig, key: Array) -> dict[str, Any]:
+  """A plain dict of float32 parameters. Shapes only: `jax.eval_shape(partial(init_params, cfg), key)`."""
+  ids = jnp.ones((1, 1), jnp.int32)
+  init = jax.jit(functools.partial(Transformer(cfg).init, train=False))
+  return flax.core.unfreeze(init({"params": key}, ids, ids)["params"])
+
+
+def init_cache(cfg: TransformerConfig, params: Any, inputs: Array, max_decode_len: int) -> Cache:
+  """Decoding state for `inputs` [batch, src_len]; every leaf has leading dimension batch.
+
+  `max_decode_len` (static) bounds the positions `decode_step` may write.
+  """
+  return Transformer(cfg).apply({"params": params}, inputs, max_decode_len,
+                                method=Transformer.init_cache)
+
+
+def decode_step(cfg: TransformerConfig, params: Any, cache: Cache, tokens: Array,
+                position: Array) -> tuple[Array, Cache]:
+  """One decoder position: logits [batch, vocab] float32 for output token `position`.
+
+  `tokens` [batch] is the decoder input at `position`: the previous output token,
+  0 at position 0. `position` is a scalar int (may be traced) below the cache's
+  max_decode_len; larger values are clamped by `dynamic_update_slice`, not reported.
+  """
+  return Transformer(cfg).apply({"params": params}, cache, tokens, jnp.asarray(position, jnp.int32),
+                                method=Transformer.decode_step)

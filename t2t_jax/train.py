@@ -1,0 +1,310 @@
+"""The training loop the experiment scripts call: `train_and_evaluate(cfg, workdir)`.
+
+Sections: input, model and state, update step, checkpoint, evals, loop. Running
+it again on the same work directory resumes from the latest checkpoint: the
+state, the step and the data iterator's position come back together.
+
+Outputs (process 0 only): `workdir/metrics.jsonl` (one JSON object per logged
+step; a resumed run drops the lines after its checkpoint and appends),
+TensorBoard events under `workdir/tb`, log lines, and a tqdm bar on a terminal.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import logging
+import math
+import os
+import pathlib
+import sys
+import time
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import tqdm
+from tensorboardX import SummaryWriter
+
+from t2t_jax import checkpoint
+from t2t_jax import data
+from t2t_jax import flops as flops_lib
+from t2t_jax import loss as loss_lib
+from t2t_jax import optim
+from t2t_jax import parallel
+from t2t_jax import steps
+from t2t_jax.configs import TransformerConfig
+
+log = logging.getLogger(__name__)
+
+METRICS_FILE = "metrics.jsonl"
+
+
+def _truncate_metrics(path: pathlib.Path, last_step: int) -> None:
+  """Keeps the lines of steps <= last_step, so a resumed run has no duplicate steps."""
+  if not path.exists():
+    return
+  kept = [line for line in path.read_text().splitlines()
+          if line.strip() and json.loads(line)["step"] <= last_step]
+  tmp = path.with_suffix(".jsonl.tmp")
+  tmp.write_text("".join(line + "\n" for line in kept))
+  os.replace(tmp, path)
+
+
+@jax.jit
+def _all_finite(tree) -> jax.Array:
+  return jnp.all(jnp.asarray([jnp.all(jnp.isfinite(x)) for x in jax.tree.leaves(tree)]))
+
+
+class _Window:
+  """Train metrics and throughput since the last log line."""
+
+  def __init__(self):
+    self.sums = {"loss": 0.0, "nll": 0.0, "correct": 0.0, "tokens": 0.0, "grad_norm": 0.0}
+    self.steps = 0
+    self.learning_rate = float("nan")
+    # Throughput counts only steps dispatched after `start` (see `start_timer`).
+    self.start: Optional[float] = None
+    self.timed_steps = 0
+    self.timed = {"target_tokens": 0.0, "source_tokens": 0.0, "padded_tokens": 0.0,
+                  "flops": 0.0}
+
+  def start_timer(self) -> None:
+    self.start = time.perf_counter()
+
+  def add_host(self, counts: dict[str, float]) -> None:
+    if self.start is not None:
+      self.timed_steps += 1
+      for name, value in counts.items():
+        self.timed[name] += value
+
+  def add_device(self, metrics: dict[str, float]) -> None:
+    tokens = metrics["tokens"]
+    self.sums["loss"] += metrics["loss"] * tokens
+    self.sums["nll"] += metrics["nll"] * tokens
+    self.sums["correct"] += metrics["accuracy"] * tokens
+    self.sums["tokens"] += tokens
+    self.sums["grad_norm"] += metrics["grad_norm"]
+    self.steps += 1
+    self.learning_rate = metrics["learning_rate"]
+
+
+class Trainer:
+  """State of one `train_and_evaluate` call; the sections below are its methods."""
+
+  def __init__(self, cfg: TransformerConfig, workdir: pathlib.Path):
+    self.cfg = cfg
+    self.workdir = workdir
+    self.is_main = jax.process_index() == 0
+    self.local_devices = jax.local_device_count()
+    self.num_devices = jax.device_count()
+    self.device_kind = jax.devices()[0].device_kind
+    self.peak = flops_lib.peak_flops(self.device_kind, cfg.dtype, cfg.peak_tflops)
+
+  # --- Input -------------------------------------------------------------------------
+
+  def setup_input(self) -> None:
+    cfg = self.cfg
+    self.ds = data.prepare(cfg, str(self.workdir))
+    self.accum = data.accum_steps(cfg, self.num_devices)
+    self.train_iter = self.ds.train_iterator(self.local_devices, self.accum,
+                                             jax.process_index(), jax.process_count())
+
+  # --- Model and state ---------------------------------------------------------------
+
+  def setup_state(self) -> None:
+    cfg = self.cfg
+    self.optimizer = optim.make_optimizer(cfg)
+    init_key, self.dropout_key = jax.random.split(jax.random.key(cfg.seed))
+    create = functools.partial(steps.create_train_state, cfg, self.optimizer)
+    self.abstract_state = jax.eval_shape(create, init_key)
+    num_params = sum(x.size for x in jax.tree.leaves(self.abstract_state.params))
+    log.info("Model: %s parameters; %d devices (%s), %d micro-step(s) per update, dtype %s",
+             f"{num_params:,}", self.num_devices, self.device_kind, self.accum, cfg.dtype)
+    self.ckpt = checkpoint.Checkpointer(self.workdir, cfg)
+    restored = self.ckpt.restore_latest(self.abstract_state)
+    if restored is None:
+      state = create(init_key)
+    else:
+      state, extras = restored
+      self.train_iter.set_state(extras["data"])
+      log.info("Resumed from step %d (data position %s)", int(state.step), extras["data"])
+    self.start_step = int(state.step)
+    # --- Update step ---
+    self.p_train_step = parallel.pmap_train_step(cfg, self.optimizer)
+    self.p_eval_step = parallel.pmap_eval_step(cfg)
+    self.p_state = parallel.replicate(state)
+
+  # --- Checkpoint --------------------------------------------------------------------
+
+  def save(self, step: int, data_state: dict) -> None:
+    state = parallel.unreplicate(self.p_state)
+    if not bool(_all_finite(state)):
+      raise FloatingPointError(
+          f"the state after step {step} holds NaN/inf although its loss was finite; "
+          f"not saving it (the last good checkpoint is step {self.ckpt.latest_step}). "
+          "Lower --config.learning_rate_scale or use float32")
+    self.ckpt.maybe_save(step, state, {"data": data_state}, force=True, rng=self.dropout_key)
+
+  # --- Evals -------------------------------------------------------------------------
+
+  def evaluate(self) -> dict[str, float]:
+    """Loss, NLL, accuracy and perplexity on the dev set (or its first batches)."""
+    outputs = []
+    batches = self.ds.dev_batches(self.local_devices, jax.process_index(),
+                                  jax.process_count())
+    for i, batch in enumerate(batches):
+      if self.cfg.num_eval_batches is not None and i >= self.cfg.num_eval_batches:
+        break
+      outputs.append(self.p_eval_step(self.p_state.params, parallel.shard_batch(batch)))
+    sums = {"loss": 0.0, "nll": 0.0, "correct": 0.0, "tokens": 0.0}
+    for out in jax.device_get([parallel.unreplicate(o) for o in outputs]):
+      for name in sums:
+        sums[name] += float(out[name])
+    return {f"eval_{k}": v for k, v in loss_lib.summarize(sums).items()}
+
+  # --- Loop --------------------------------------------------------------------------
+
+  def read_metrics(self, step: int, metrics: Any, window: _Window) -> None:
+    """Blocks on one step's metrics; stops the run on a NaN/inf loss or gradient."""
+    host = {k: float(v) for k, v in jax.device_get(parallel.unreplicate(metrics)).items()}
+    if not (math.isfinite(host["loss"]) and math.isfinite(host["grad_norm"])):
+      raise FloatingPointError(
+          f"training diverged at step {step}: loss {host['loss']}, gradient norm "
+          f"{host['grad_norm']}; stopping without saving this state (the last good "
+          f"checkpoint is step {self.ckpt.latest_step}). Lower "
+          "--config.learning_rate_scale, raise --config.warmup_steps or check the data")
+    window.add_device(host)
+
+  def log_record(self, step: int, window: _Window) -> dict[str, Any]:
+    sums = loss_lib.summarize({k: window.sums[k] for k in ("loss", "nll", "correct", "tokens")})
+    record = {"step": step, "train_loss": sums["loss"], "train_nll": sums["nll"],
+              "train_accuracy": sums["accuracy"], "train_perplexity": sums["perplexity"],
+              "learning_rate": window.learning_rate,
+              "grad_norm": window.sums["grad_norm"] / max(window.steps, 1)}
+    if window.timed_steps and window.start is not None:
+      seconds = time.perf_counter() - window.start
+      scale = jax.process_count()  # host counts are this process's share
+      record.update({
+          "step_time_s": seconds / window.timed_steps,
+          "tokens_per_s": window.timed["target_tokens"] * scale / seconds,
+          "source_tokens_per_s": window.timed["source_tokens"] * scale / seconds,
+          "padded_tokens_per_s": window.timed["padded_tokens"] * scale / seconds,
+      })
+      utilisation = flops_lib.mfu(window.timed["flops"] * scale / window.timed_steps,
+                                  record["step_time_s"], self.num_devices, self.peak)
+      if utilisation is not None:
+        record["mfu"] = utilisation
+    return record
+
+  def write_record(self, record: dict[str, Any], writer: Optional[SummaryWriter]) -> None:
+    if not self.is_main:
+      return
+    with open(self.workdir / METRICS_FILE, "a") as f:
+      f.write(json.dumps(record) + "\n")
+    for name, value in record.items():
+      if name != "step":
+        writer.add_scalar(name, value, record["step"])
+    writer.flush()
+    text = ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k != "step")
+    log.info("step %d: %s", record["step"], text)
+
+  def run(self) -> dict[str, Any]:
+    cfg = self.cfg
+    wall_start = time.time()
+    self.setup_input()
+    self.setup_state()
+    metrics_path = self.workdir / METRICS_FILE
+    writer = None
+    if self.is_main:
+      _truncate_metrics(metrics_path, self.start_step)
+      writer = SummaryWriter(str(self.workdir / "tb"),
+                             purge_step=self.start_step + 1 if self.start_step else None)
+    bar = tqdm.tqdm(total=cfg.num_train_steps, initial=self.start_step, unit="step",
+                    dynamic_ncols=True,
+                    disable=not (self.is_main and sys.stderr.isatty()))
+    window, last_record, evals = _Window(), None, None
+    total_tokens, total_seconds = 0.0, 0.0
+    pending: Optional[tuple[int, Any]] = None  # dispatched, metrics not read yet
+    try:
+      for step in range(self.start_step + 1, cfg.num_train_steps + 1):
+        host_batch = next(self.train_iter)
+        data_state = self.train_iter.get_state()
+        window.add_host({
+            "target_tokens": float(np.count_nonzero(host_batch["targets"])),
+            "source_tokens": float(np.count_nonzero(host_batch["inputs"])),
+            "padded_tokens": float(host_batch["targets"].size),
+            "flops": flops_lib.batch_train_flops(cfg, host_batch["inputs"],
+                                                 host_batch["targets"])})
+        self.p_state, metrics = self.p_train_step(
+            self.p_state, parallel.shard_batch(host_batch), self.dropout_key)
+        # Read the previous step only now, so the device always has work queued.
+        if pending is not None:
+          self.read_metrics(*pending, window)
+        pending = (step, metrics)
+        bar.update(1)
+
+        last = step == cfg.num_train_steps
+        eval_due = step % cfg.eval_every_steps == 0 or last
+        log_due = step % cfg.log_every_steps == 0 or eval_due
+        save_due = last or self.ckpt.should_save(step)
+        if step == self.start_step + 1:
+          # The first step includes compilation: keep it out of the throughput.
+          self.read_metrics(*pending, window)
+          pending = None
+          window.start_timer()
+        if not (log_due or save_due):
+          continue
+        if pending is not None:
+          self.read_metrics(*pending, window)
+          pending = None
+        if window.start is not None and window.timed_steps:
+          total_tokens += window.timed["target_tokens"] * jax.process_count()
+          total_seconds += time.perf_counter() - window.start
+        if log_due:
+          last_record = self.log_record(step, window)  # timed before the eval runs
+          evals = self.evaluate() if eval_due else {}
+          last_record.update(evals)
+          self.write_record(last_record, writer)
+          bar.set_postfix(loss=f"{last_record['train_loss']:.3f}",
+                          tok_s=f"{last_record.get('tokens_per_s', 0):.0f}")
+        if save_due:
+          self.save(step, data_state)
+        window = _Window()
+        window.start_timer()  # evals and saves stay out of the throughput
+
+      if last_record is None:  # the run had already finished: evaluate for the summary
+        evals = self.evaluate()
+    finally:
+      bar.close()
+      if writer is not None:
+        writer.close()
+      self.ckpt.close()  # waits for the asynchronous saves
+      self.train_iter.close()
+
+    return {
+        "final_step": self.start_step if last_record is None else last_record["step"],
+        "train_loss": None if last_record is None else last_record["train_loss"],
+        "dev_loss": evals["eval_loss"],
+        "dev_perplexity": evals["eval_perplexity"],
+        "dev_accuracy": evals["eval_accuracy"],
+        "wall_time_s": time.time() - wall_start,
+        "tokens_per_s": total_tokens / total_seconds if total_seconds else None,
+        "device_kind": self.device_kind,
+        "num_devices": self.num_devices,
+        "accum_steps": self.accum,
+    }
+
+
+def train_and_evaluate(cfg: TransformerConfig, workdir: str | os.PathLike) -> dict[str, Any]:
+  """Trains `cfg.num_train_steps` updates into `workdir` (resuming if it holds a run).
+
+  Returns a summary: final_step, train_loss (last logged), dev_loss,
+  dev_perplexity and dev_accuracy (last evaluation), wall_time_s, tokens_per_s
+  (real target tokens per second of training), device_kind, num_devices and
+  accum_steps. Raises FloatingPointError, naming the step, if the loss diverges.
+  """
+  workdir = pathlib.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  return Trainer(cfg, workdir).run()

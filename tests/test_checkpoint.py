@@ -1,0 +1,309 @@
+"""checkpoint.py: round trips, intervals, corrupt checkpoints, averaging against NumPy."""
+
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+import textwrap
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from t2t_jax import checkpoint
+from t2t_jax import configs
+from t2t_jax import optim
+from t2t_jax.steps import TrainState
+
+_CFG = configs.get_config("demo", num_layers=1, d_model=16, checkpoint_every_steps=None,
+                          checkpoint_every_minutes=None, average_last=3)
+
+
+def _state(seed: int) -> TrainState:
+  """A TrainState with random params and a non-trivial Adam state (after two updates)."""
+  rng = np.random.default_rng(seed)
+  params = {
+      "embed": jnp.asarray(rng.normal(size=(40, 16)), jnp.float32),
+      "layer_0": {"w": jnp.asarray(rng.normal(size=(16, 32)), jnp.float32),
+                  "b": jnp.asarray(rng.normal(size=(32,)), jnp.float32)},
+  }
+  optimizer = optim.make_optimizer(_CFG)
+  opt_state = optimizer.init(params)
+  for _ in range(2):
+    grads = jax.tree.map(lambda p: p * 0.5, params)
+    updates, opt_state = optimizer.update(grads, opt_state, params)
+    params = optax.apply_updates(params, updates)
+  return TrainState(step=jnp.asarray(seed, jnp.int32), params=params, opt_state=opt_state)
+
+
+def _assert_trees_equal(actual, expected):
+  assert jax.tree.structure(actual) == jax.tree.structure(expected)
+  for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
+    assert np.asarray(a).dtype == np.asarray(e).dtype
+    np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
+
+
+def _save_steps(workdir, steps, cfg=_CFG):
+  with checkpoint.Checkpointer(workdir, cfg) as ckpt:
+    for step in steps:
+      assert ckpt.maybe_save(step, _state(step), {"data": {"position": step}}, force=True)
+
+
+def test_round_trip_of_state_extras_and_rng(tmp_path):
+  state, key = _state(7), jax.random.key(123)
+  extras = {"data": {"epoch": 1, "index": np.int64(42), "order": np.arange(3)}, "note": "x"}
+  with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:
+    assert ckpt.restore_latest(state) is None
+    assert ckpt.maybe_save(7, state, extras, force=True, rng=key)
+    assert not ckpt.maybe_save(7, state, extras, force=True), "a step is written once"
+
+  ckpt = checkpoint.Checkpointer(tmp_path, _CFG)
+  abstract = jax.eval_shape(lambda: _state(0))
+  for target in (abstract, _state(0)):
+    restored, restored_extras = ckpt.restore_latest(target)
+    assert isinstance(restored, TrainState)
+    assert type(restored.opt_state) is type(state.opt_state)  # optax NamedTuples come back
+    _assert_trees_equal(restored, jax.device_get(state))
+    assert all(isinstance(x, np.ndarray) for x in jax.tree.leaves(restored))
+    np.testing.assert_array_equal(jax.random.key_data(restored_extras.pop("rng")),
+                                  jax.random.key_data(key))
+    assert restored_extras == {"data": {"epoch": 1, "index": 42, "order": [0, 1, 2]},
+                               "note": "x"}
+  ckpt.close()
+
+
+def test_raw_uint32_key_round_trips_and_bad_extras_fail_early(tmp_path):
+  with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:
+    with pytest.raises(ValueError, match="JSON"):
+      ckpt.maybe_save(1, _state(1), {"bad": object()}, force=True)
+    ckpt.maybe_save(2, _state(2), None, force=True, rng=jax.random.PRNGKey(5))
+    _, extras = ckpt.restore_latest(_state(0))
+  np.testing.assert_array_equal(extras["rng"], jax.random.PRNGKey(5))
+  assert extras["rng"].dtype == jnp.uint32
+
+
+def test_saved_values_are_copies_not_views_of_donated_buffers(tmp_path):
+  state = jax.device_put(_state(3))
+  expected = jax.device_get(state)
+  overwrite = jax.jit(lambda s: jax.tree.map(lambda x: x * 0 + 99, s), donate_argnums=0)
+  with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:
+    ckpt.maybe_save(3, state, force=True)
+    state = overwrite(state)  # reuses the buffers while the save may still be writing
+    jax.block_until_ready(state)
+    ckpt.wait()
+    restored, _ = ckpt.restore_latest(expected)
+  _assert_trees_equal(restored, expected)
+
+
+def test_step_interval(tmp_path):
+  cfg = _CFG.replace(checkpoint_every_steps=3)
+  with checkpoint.Checkpointer(tmp_path, cfg, async_save=False) as ckpt:
+    saved = [step for step in range(1, 11) if ckpt.maybe_save(step, _state(step))]
+    assert saved == [3, 6, 9]
+    assert ckpt.maybe_save(10, _state(10), force=True)
+    assert not ckpt.maybe_save(8, _state(8), force=True), "older than the latest"
+    assert ckpt.all_steps() == [6, 9, 10]  # average_last=3 kept
+
+
+def test_minute_interval_with_injected_clock(tmp_path):
+  now = [1000.0]
+  cfg = _CFG.replace(checkpoint_every_minutes=10.0)
+  with checkpoint.Checkpointer(tmp_path, cfg, clock=lambda: now[0], async_save=False) as ckpt:
+    saved = []
+    for step in range(1, 13):
+      now[0] += 130.0  # 2m10s per step: due after 5 steps (650 s) since the last save
+      if ckpt.maybe_save(step, _state(step)):
+        saved.append(step)
+    assert saved == [5, 10]
+    # Both intervals: by time at 5 (650 s), by steps at 7, by time again at 12.
+    both = checkpoint.Checkpointer(tmp_path / "both", cfg.replace(checkpoint_every_steps=7),
+                                   clock=lambda: now[0], async_save=False)
+    saved = []
+    for step in range(1, 13):
+      now[0] += 130.0
+      if both.maybe_save(step, _state(step)):
+        saved.append(step)
+    both.close()
+    assert saved == [5, 7, 12]
+  with pytest.raises(ValueError, match="checkpoint_every_minutes=0"):
+    checkpoint.Checkpointer(tmp_path, _CFG.replace(checkpoint_every_minutes=0.0))
+
+
+def test_minutes_count_from_the_last_save_not_the_last_check(tmp_path):
+  now = [0.0]
+  cfg = _CFG.replace(checkpoint_every_minutes=1.0, checkpoint_every_steps=2)
+  with checkpoint.Checkpointer(tmp_path, cfg, clock=lambda: now[0], async_save=False) as ckpt:
+    assert not ckpt.maybe_save(1, _state(1))
+    now[0] = 50.0
+    assert ckpt.maybe_save(2, _state(2))      # by steps; restarts the clock
+    now[0] = 100.0
+    assert not ckpt.maybe_save(3, _state(3))  # 50 s since the last save
+    now[0] = 111.0
+    assert ckpt.maybe_save(5, _state(5))      # 61 s
+
+
+def test_keeps_at_least_two(tmp_path):
+  _save_steps(tmp_path, [1, 2, 3, 4], cfg=_CFG.replace(average_last=1))
+  assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [3, 4]
+
+
+def _largest_data_file(step_dir: pathlib.Path) -> pathlib.Path:
+  files = [p for p in (step_dir / "state").rglob("*") if p.is_file() and p.parent.name == "d"]
+  return max(files, key=lambda p: p.stat().st_size)
+
+
+def _truncate(step_dir):
+  path = _largest_data_file(step_dir)
+  with open(path, "r+b") as f:
+    f.truncate(path.stat().st_size // 2)
+
+
+def _drop_meta(step_dir):
+  shutil.rmtree(step_dir / "meta")
+
+
+def _garble_metadata(step_dir):
+  (step_dir / "state" / "_METADATA").write_text('{"tree_metadata": {')
+
+
+@pytest.mark.parametrize("damage", [_truncate, _drop_meta, _garble_metadata])
+def test_corrupt_latest_is_set_aside_and_previous_restored(tmp_path, damage):
+  _save_steps(tmp_path, [2, 4, 6])
+  directory = tmp_path / "checkpoints"
+  damage(directory / "6")
+  ckpt = checkpoint.Checkpointer(tmp_path, _CFG)
+  with pytest.warns(checkpoint.CheckpointWarning, match=r"step 6 at .*checkpoints/6.*moved"):
+    state, extras = ckpt.restore_latest(jax.eval_shape(lambda: _state(0)))
+  _assert_trees_equal(state, jax.device_get(_state(4)))
+  assert extras == {"data": {"position": 4}}
+  assert (directory / "6.corrupt").is_dir() and not (directory / "6").exists()
+  # The broken step no longer blocks: training redoes step 6 and saves it again.
+  assert ckpt.latest_step == 4
+  assert ckpt.maybe_save(6, _state(60), force=True)
+  ckpt.wait()
+  state, _ = ckpt.restore_latest(_state(0))
+  _assert_trees_equal(state, jax.device_get(_state(60)))
+  ckpt.close()
+
+
+def test_incompatible_target_raises_and_moves_nothing(tmp_path):
+  _save_steps(tmp_path, [1, 2])
+  wrong = _state(0).replace(params={"embed": jnp.zeros((41, 16))})
+  with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:
+    with pytest.raises(RuntimeError, match="new workdir"):
+      ckpt.restore_latest(wrong)
+  assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["1", "2"]
+
+
+def test_unfinished_save_of_a_killed_run_is_ignored_and_removed(tmp_path):
+  _save_steps(tmp_path, [1, 2])
+  directory = tmp_path / "checkpoints"
+  # What a kill in the middle of saving step 3 leaves: orbax's temporary directory.
+  partial = directory / "3.orbax-checkpoint-tmp"
+  shutil.copytree(directory / "2", partial)
+  (partial / "commit_success.txt").unlink(missing_ok=True)
+  _truncate(partial)
+  with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:
+    assert ckpt.all_steps() == [1, 2]
+    state, _ = ckpt.restore_latest(_state(0))
+    _assert_trees_equal(state, jax.device_get(_state(2)))
+    assert ckpt.maybe_save(3, _state(3), force=True)
+  assert sorted(p.name for p in directory.iterdir()) == ["1", "2", "3"]
+
+
+def test_restores_on_a_different_device_count(tmp_path):
+  """Saved from state replicated over 8 devices; restored in a process with 1 device."""
+  assert jax.device_count() == 8
+  mesh = jax.sharding.Mesh(np.array(jax.devices()), ("batch",))
+  replicated = jax.device_put(_state(5), jax.sharding.NamedSharding(
+      mesh, jax.sharding.PartitionSpec()))
+  _save_steps(tmp_path, [])
+  with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:
+    ckpt.maybe_save(5, replicated, force=True)
+  expected = tmp_path / "expected.npz"
+  np.savez(expected, *[np.asarray(x) for x in jax.tree.leaves(jax.device_get(_state(5)))])
+  script = textwrap.dedent(f"""
+      import jax, numpy as np
+      assert jax.device_count() == 1, jax.device_count()
+      sys_path = {str(pathlib.Path(__file__).parent)!r}
+      import sys; sys.path.insert(0, sys_path)
+      from test_checkpoint import _state, _CFG
+      from t2t_jax import checkpoint
+      with checkpoint.Checkpointer({str(tmp_path)!r}, _CFG) as ckpt:
+        state, _ = ckpt.restore_latest(jax.eval_shape(lambda: _state(0)))
+      expected = np.load({str(expected)!r})
+      leaves = jax.tree.leaves(state)
+      assert len(leaves) == len(expected.files)
+      for i, leaf in enumerate(leaves):
+        np.testing.assert_array_equal(leaf, expected[f"arr_{{i}}"])
+      print("restored", len(leaves), "leaves on", jax.device_count(), "device")
+  """)
+  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+         "JAX_PLATFORMS": "cpu"}
+  result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=pathlib.Path(__file__).parents[1])
+  assert result.returncode == 0, result.stderr[-3000:]
+  assert "on 1 device" in result.stdout
+
+
+def _np_mean(steps):
+  """The reference: per-leaf float64 mean of freshly built params, rounded to float32."""
+  trees = [jax.device_get(_state(s).params) for s in steps]
+  return jax.tree.map(lambda *xs: np.mean(np.stack(xs).astype(np.float64), 0)
+                      .astype(np.float32), *trees)
+
+
+def test_average_equals_numpy_mean_and_load_params(tmp_path, capsys):
+  _save_steps(tmp_path, [10, 20, 30, 40, 50], cfg=_CFG.replace(average_last=5))
+  averaged = checkpoint.average_checkpoints(tmp_path, last=3)
+  _assert_trees_equal(averaged, _np_mean([30, 40, 50]))
+  # A separate mean differs from any single checkpoint (the test can fail).
+  assert not np.array_equal(averaged["embed"], np.asarray(_state(50).params["embed"]))
+
+  loaded = checkpoint.load_params(tmp_path)
+  _assert_trees_equal(loaded, averaged)
+  assert "[30, 40, 50]" in capsys.readouterr().err
+  latest = checkpoint.load_params(tmp_path, averaged=False)
+  _assert_trees_equal(latest, jax.device_get(_state(50).params))
+  assert "step 50" in capsys.readouterr().err
+
+  with pytest.warns(checkpoint.CheckpointWarning, match="fewer than last=9"):
+    all_five = checkpoint.average_checkpoints(tmp_path, last=9)
+  _assert_trees_equal(all_five, _np_mean([10, 20, 30, 40, 50]))
+  _assert_trees_equal(checkpoint.load_params(tmp_path), all_five)
+
+
+def test_average_skips_a_corrupt_checkpoint(tmp_path):
+  _save_steps(tmp_path, [1, 2, 3, 4], cfg=_CFG.replace(average_last=4))
+  _truncate(tmp_path / "checkpoints" / "3")
+  with pytest.warns(checkpoint.CheckpointWarning, match=r"step 3 at .*checkpoints/3"):
+    averaged = checkpoint.average_checkpoints(tmp_path, last=2)
+  _assert_trees_equal(averaged, _np_mean([2, 4]))
+
+
+def test_load_params_falls_back_to_latest_and_warns_when_stale(tmp_path, capsys):
+  _save_steps(tmp_path, [1, 2])
+  checkpoint.average_checkpoints(tmp_path, last=2)
+  _save_steps(tmp_path, [3])
+  with pytest.warns(checkpoint.CheckpointWarning, match="averages up to step 2"):
+    checkpoint.load_params(tmp_path)
+  shutil.rmtree(tmp_path / "averaged")
+  _assert_trees_equal(checkpoint.load_params(tmp_path), jax.device_get(_state(3).params))
+  assert "no averaged checkpoint" in capsys.readouterr().err
+
+
+def test_console_script(tmp_path, capsys):
+  with pytest.raises(SystemExit, match="no checkpoints"):
+    checkpoint.main(["--workdir", str(tmp_path)])
+  _save_steps(tmp_path, [1, 2, 3])
+  checkpoint.main(["--workdir", str(tmp_path), "--last", "2"])
+  assert "Averaged steps [2, 3]" in capsys.readouterr().out
+  _assert_trees_equal(checkpoint.load_params(tmp_path), _np_mean([2, 3]))
+  (tmp_path / "config.json").write_text('{"average_last": 3}')
+  checkpoint.main(["--workdir", str(tmp_path)])
+  assert "Averaged steps [1, 2, 3]" in capsys.readouterr().out
+  with pytest.raises(SystemExit):
+    checkpoint.main(["--workdir", str(tmp_path), "--last", "0"])

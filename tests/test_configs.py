@@ -1,0 +1,115 @@
+"""configs.py: validation, command-line overrides, parameter counts vs the real model and Table 3."""
+
+import functools
+import subprocess
+import sys
+
+import jax
+import pytest
+
+from t2t_jax import configs
+from t2t_jax.configs import PAPER_PARAMS_M, count_params, get_config
+
+
+def _real_count(cfg):
+  shapes = jax.eval_shape(functools.partial(_init_params(), cfg), jax.random.key(0))
+  return sum(x.size for x in jax.tree.leaves(shapes))
+
+
+def _init_params():
+  from t2t_jax import model   # imported lazily: the validation tests need no JAX model
+  return model.init_params
+
+
+def _shape_key(cfg):
+  """The fields that decide parameter shapes: presets equal on these share one trace."""
+  return (cfg.vocab_size, cfg.num_layers, cfg.d_model, cfg.d_ff, cfg.num_heads, cfg.key_depth,
+          cfg.value_depth, cfg.share_embeddings, cfg.positional_encoding,
+          cfg.max_len if cfg.positional_encoding == "learned" else None)
+
+
+def test_count_params_equals_the_real_model_for_every_preset():
+  cfgs = [get_config(name) for name in configs.PRESETS]
+  cfgs.append(get_config("demo", share_embeddings=False, positional_encoding="learned",
+                         d_k=24, d_v=40))
+  unique = {_shape_key(c): c for c in cfgs}
+  assert len(unique) >= 14          # every structurally distinct preset is traced
+  for cfg in unique.values():
+    assert count_params(cfg) == _real_count(cfg), cfg
+
+
+def test_table3_counts_within_7_percent_of_the_paper():
+  assert set(PAPER_PARAMS_M) == {"base", "B1", "B2", "C1", "C2", "C3", "C4", "C5", "C6", "C7",
+                                 "big"}
+  for name, paper in PAPER_PARAMS_M.items():
+    ours = count_params(get_config(name, vocab_size=37000)) / 1e6
+    assert abs(ours - paper) / paper < 0.07, (name, ours, paper)
+
+
+def test_count_params_by_hand_for_base():
+  # 6 x (encoder 4*512^2 attention + FFN + 2 norms; decoder 2 attentions + FFN + 3 norms)
+  # + one 37000 x 512 matrix shared by both embeddings and the softmax.
+  ffn = 2 * 512 * 2048 + 2048 + 512
+  encoder = 4 * 512 * 512 + ffn + 2 * 2 * 512
+  decoder = 8 * 512 * 512 + ffn + 3 * 2 * 512
+  assert count_params(get_config("base")) == 6 * (encoder + decoder) + 37000 * 512
+  assert count_params(get_config("base", share_embeddings=False)) - \
+      count_params(get_config("base")) == 2 * 37000 * 512
+
+
+def test_table3_command_prints_every_row():
+  out = subprocess.run([sys.executable, "-m", "t2t_jax.configs", "--table3"],
+                       capture_output=True, text=True, check=True).stdout
+  rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[2:]}
+  assert list(rows) == ["base", *configs.TABLE3_ROWS, "big"]
+  for name, paper in PAPER_PARAMS_M.items():
+    ours, paper_text, diff = rows[name]
+    assert float(paper_text) == paper
+    assert float(ours) == pytest.approx(count_params(get_config(name)) / 1e6, abs=0.05)
+    assert abs(float(diff.rstrip("%"))) < 7
+  assert rows["A1"][1] == "-"
+
+
+@pytest.mark.parametrize("kwargs, message", [
+    (dict(d_model=500), "d_model=500 is not divisible by num_heads=8"),
+    (dict(dropout_rate=-0.1), "dropout_rate=-0.1"),
+    (dict(attention_dropout_rate=1.0), "attention_dropout_rate=1.0"),
+    (dict(label_smoothing=-0.2), "label_smoothing=-0.2"),
+    (dict(num_layers=0), "num_layers=0"),
+    (dict(d_k=-4), "d_k=-4"),
+    (dict(attention_window=0), "attention_window=0"),
+    (dict(positional_encoding="rotary"), "positional_encoding='rotary'"),
+    (dict(dtype="float16"), "dtype='float16'"),
+    (dict(no_such_field=1), "unknown config field"),
+])
+def test_bad_settings_raise_value_error_naming_the_value(kwargs, message):
+  with pytest.raises(ValueError, match=message.replace("(", r"\(").replace("[", r"\[")):
+    get_config("base", **kwargs)
+
+
+def test_d_model_not_divisible_is_fine_with_explicit_depths():
+  cfg = get_config("base", d_model=500, d_k=50, d_v=60)
+  assert (cfg.key_depth, cfg.value_depth) == (50, 60)
+
+
+def test_unknown_preset_raises():
+  with pytest.raises(ValueError, match="unknown config 'huge'"):
+    get_config("huge")
+
+
+def test_from_args_parses_overrides_and_leaves_other_arguments():
+  cfg, rest = configs.from_args(
+      ["--config=C4", "--config.dropout_rate=0.2", "--config.attention_window=none",
+       "--config.share_embeddings=false", "--config.d_v=16", "--workdir=/tmp/x"])
+  assert (cfg.d_model, cfg.d_k, cfg.d_v) == (256, 32, 16)        # preset, then override
+  assert cfg.dropout_rate == 0.2 and cfg.attention_window is None
+  assert cfg.share_embeddings is False
+  assert rest == ["--workdir=/tmp/x"]
+  cfg, _ = configs.from_args(["--config.attention_window=3"], default="base")
+  assert cfg.attention_window == 3 and cfg.d_model == 512
+  with pytest.raises(ValueError, match="unknown config field 'd_modle'"):
+    configs.from_args(["--config.d_modle=3"])
+  with pytest.raises(ValueError, match="bad value"):
+    configs.from_args(["--config.num_layers=six"])
+  with pytest.raises(ValueError, match="bad value"):
+    configs.from_args(["--config.share_embeddings=maybe"])

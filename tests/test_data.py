@@ -1,0 +1,221 @@
+"""Reading corpora, the token cache, length buckets and device batches."""
+
+import functools
+import gc
+import threading
+
+import numpy as np
+import pytest
+
+from t2t_jax import configs, data, demo_corpus
+
+
+def _write(path, lines):
+  path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+  return str(path)
+
+
+@pytest.fixture(scope="module")
+def corpus_dir(tmp_path_factory):
+  directory = tmp_path_factory.mktemp("corpus")
+  pairs = demo_corpus.generate(1600, seed=5)
+  train, dev, test = pairs[:1400], pairs[1400:1500], pairs[1500:]
+  # Make the training data dirty: an empty pair and an over-long one must be dropped.
+  train = train + [("", "Leer."), ("long " * 70, "lang " * 70)]
+  for name, split in (("train", train), ("dev", dev), ("test", test)):
+    _write(directory / f"{name}.en", [p[0] for p in split])
+    _write(directory / f"{name}.de", [p[1] for p in split])
+  return directory
+
+
+def _config(corpus_dir, **overrides):
+  files = {s: f"{corpus_dir}/{s}.en,{corpus_dir}/{s}.de" for s in ("train", "dev", "test")}
+  settings = dict(dataset="text", train_files=files["train"], dev_files=files["dev"],
+                  test_files=files["test"], vocab_size=300, max_source_length=48,
+                  max_target_length=48, tokens_per_batch=480, max_tokens_per_device=480,
+                  max_len=128, seed=1)
+  settings.update(overrides)
+  return configs.get_config("base", **settings)
+
+
+@pytest.fixture(scope="module")
+def ds(corpus_dir, tmp_path_factory):
+  return data.prepare(_config(corpus_dir), str(tmp_path_factory.mktemp("work")))
+
+
+def _rows(batch):
+  """The real (non-filler) rows of a batch in global order, as (source, target) tuples."""
+  src = batch["inputs"].reshape(-1, batch["inputs"].shape[-1])
+  tgt = batch["targets"].reshape(-1, batch["targets"].shape[-1])
+  keep = (src != 0).any(axis=1)
+  assert np.array_equal(keep, (tgt != 0).any(axis=1))  # filler rows are zero on both sides
+  return [(tuple(s[s != 0]), tuple(t[t != 0])) for s, t in zip(src[keep], tgt[keep])]
+
+
+def test_reading_errors(tmp_path):
+  a = _write(tmp_path / "a.txt", ["one", "two", "three"])
+  b = _write(tmp_path / "b.txt", ["eins", "zwei"])
+  with pytest.raises(ValueError, match=r"a\.txt has 3 lines but .*b\.txt has 2"):
+    data.read_pairs(f"{a},{b}")
+  bad = tmp_path / "bad.txt"
+  bad.write_bytes("eins\nzwei\ndr\xc3\n".encode("latin-1"))
+  with pytest.raises(ValueError, match=r"bad\.txt: line 3 is not valid UTF-8"):
+    data.read_pairs(f"{a},{bad}")
+  tsv = _write(tmp_path / "p.tsv", ["a\tb", "c\u2028d\te"])  # U+2028 is not a line break
+  assert data.read_pairs(tsv) == [("a", "b"), ("c\u2028d", "e")]
+  with pytest.raises(ValueError, match=r"line 2 has 3 tab-separated fields"):
+    data.read_pairs(_write(tmp_path / "q.tsv", ["a\tb", "c\td\te"]))
+  with pytest.raises(ValueError, match="needs config.dev_files"):
+    data.prepare(configs.get_config("base", dataset="text", train_files=tsv,
+                                    test_files=tsv), str(tmp_path))
+
+
+def test_dropping_and_counts(ds):
+  assert ds.counts["empty"] == 1 and ds.counts["too_long"] >= 1
+  assert ds.counts["kept"] == len(ds.train) == 1402 - ds.counts["empty"] - ds.counts["too_long"]
+  assert ds.train.src_lengths.max() <= 48 and ds.train.tgt_lengths.max() <= 48
+  # Dev and test keep every line, raw text included.
+  assert len(ds.dev) == len(ds.dev_sources()) == len(ds.dev_references()) == 100
+  assert len(ds.test) == len(ds.test_references()) == 100
+  ids = ds.test.tgt_ids[ds.test.tgt_offsets[3]:ds.test.tgt_offsets[4]]
+  assert ds.tokenizer.decode(ids) == ds.test_references()[3]
+  stats = ds.stats
+  assert 0.3 < stats["padding_efficiency_source"] <= 1
+  assert stats["target_tokens_per_batch"]["max"] <= 480
+
+
+def test_buckets_budget_and_shapes(ds):
+  assert ds.buckets == [8, 12, 16, 24, 32, 48]
+  src, tgt = ds.train.src_lengths, ds.train.tgt_lengths
+  bucket = np.asarray(ds.buckets)[ds.bucket_index]
+  assert np.all(bucket >= np.maximum(src, tgt))
+  smaller = np.asarray([0] + ds.buckets)[ds.bucket_index]
+  assert np.all(smaller < np.maximum(src, tgt))  # the smallest bucket that fits
+  plan = data.epoch_plan(ds.bucket_index, ds.buckets, 480, 1, 0)
+  assert sorted(np.concatenate([ix for _, ix in plan]).tolist()) == list(range(len(ds.train)))
+  for b, ix in plan:
+    assert len(ix) * ds.buckets[b] <= 480
+  it = ds.train_iterator(8, 1, prefetch=0)
+  shapes = set()
+  for _ in range(len(plan)):
+    batch = next(it)
+    assert batch["inputs"].dtype == np.int32 and batch["inputs"].shape == batch["targets"].shape
+    assert batch["inputs"].shape[:2] == (8, 1)
+    shapes.add(batch["inputs"].shape)
+  assert shapes == set(it.batch_shapes.values()) and len(shapes) <= len(ds.buckets)
+  assert it.get_state() == {"epoch": 1, "index": 0}
+
+
+def test_accum_steps():
+  cfg = configs.get_config("base")
+  assert data.accum_steps(cfg, 8) == 1
+  assert data.accum_steps(cfg.replace(max_tokens_per_device=1000), 8) == 4
+  assert data.accum_steps(cfg.replace(max_tokens_per_device=1000), 1) == 25
+
+
+def test_same_seed_same_batches_and_resume(ds):
+  a, b = ds.train_iterator(8), ds.train_iterator(8)
+  epoch = ds.stats["batches_per_epoch"]
+  batches = [next(a) for _ in range(epoch + 6)]  # crosses into epoch 1
+  for x in batches:
+    y = next(b)
+    assert np.array_equal(x["inputs"], y["inputs"]) and np.array_equal(x["targets"], y["targets"])
+  reseeded = data.BatchIterator(ds.train, ds.bucket_index, ds.buckets, 480, 2, 8, 1)
+  assert [_rows(next(reseeded)) for _ in range(3)] != [_rows(x) for x in batches[:3]]
+  # Resume mid-epoch (and across the epoch boundary) from a saved state.
+  for stop in (5, epoch - 2):
+    c = ds.train_iterator(8)
+    for _ in range(stop):
+      next(c)
+    state = c.get_state()
+    c.close()
+    d = ds.train_iterator(8, prefetch=1)
+    d.set_state(state)
+    for x in batches[stop:stop + 4]:
+      assert np.array_equal(next(d)["inputs"], x["inputs"])
+    d.close()
+
+
+def test_device_count_does_not_change_the_updates(ds):
+  one = ds.train_iterator(1, accum_steps=1)
+  eight = ds.train_iterator(8, accum_steps=2)
+  hosts = [ds.train_iterator(4, accum_steps=2, process_index=p, process_count=2)
+           for p in (0, 1)]
+  for _ in range(12):
+    b1, b8 = next(one), next(eight)
+    assert b8["inputs"].shape[:2] == (8, 2) and b1["inputs"].shape[:2] == (1, 1)
+    assert b8["inputs"].shape[2] * 16 >= b1["inputs"].shape[2]
+    assert _rows(b1) == _rows(b8)  # the same pairs, in the same order
+    shares = [next(h) for h in hosts]
+    joined = {k: np.concatenate([s[k] for s in shares]) for k in ("inputs", "targets")}
+    assert np.array_equal(joined["inputs"], b8["inputs"])
+    assert np.array_equal(joined["targets"], b8["targets"])
+
+
+def test_dev_batches_cover_every_pair_once(ds):
+  seen = []
+  shapes = set()
+  for batch in ds.dev_batches(8):
+    assert batch["inputs"].shape[0] == 8 and batch["inputs"].ndim == 3
+    shapes.add(batch["inputs"].shape)
+    seen += _rows(batch)
+  expected = []
+  for i in range(len(ds.dev)):
+    s = ds.dev.src_ids[ds.dev.src_offsets[i]:ds.dev.src_offsets[i + 1]]
+    t = ds.dev.tgt_ids[ds.dev.tgt_offsets[i]:ds.dev.tgt_offsets[i + 1]]
+    expected.append((tuple(s), tuple(t)))
+  assert sorted(seen) == sorted(expected)
+  assert len(shapes) == len({shape[-1] for shape in shapes})  # one shape per bucket
+
+
+def test_token_cache_is_reused(corpus_dir, tmp_path, monkeypatch):
+  cfg = _config(corpus_dir)
+  first = data.prepare(cfg, str(tmp_path))
+
+  def no_tokenizing(*args, **kwargs):
+    raise AssertionError("tokenised again instead of reading the cache")
+
+  monkeypatch.setattr(data, "tokenize_pairs", no_tokenizing)
+  again = data.prepare(cfg, str(tmp_path))
+  assert np.array_equal(first.train.tgt_ids, again.train.tgt_ids)
+  with pytest.raises(AssertionError, match="tokenised again"):  # new limits: new cache
+    data.prepare(cfg.replace(max_source_length=40), str(tmp_path))
+
+
+def test_demo_dataset_is_generated_into_the_workdir(tmp_path, monkeypatch):
+  small = functools.partial(demo_corpus.write_corpus, num_train=600, num_dev=50, num_test=50)
+  monkeypatch.setattr(demo_corpus, "write_corpus", small)
+  cfg = configs.get_config("demo", vocab_size=300, tokens_per_batch=512)
+  ds = data.prepare(cfg, str(tmp_path))
+  assert (tmp_path / "data" / "demo" / "train.de").exists()
+  assert len(ds.train) + ds.counts["too_long"] == 600 and len(ds.test_sources()) == 50
+  assert ds.tokenizer.vocab_size <= 300
+
+
+def test_prefetch_thread_does_not_outlive_the_iterator(ds):
+  def prefetchers():
+    return [t for t in threading.enumerate() if t.name == "batch-prefetch"]
+
+  gc.collect()  # iterators other tests left behind
+  before = len(prefetchers())
+  it = ds.train_iterator(8)
+  next(it)
+  assert len(prefetchers()) == before + 1
+  it.close()
+  assert len(prefetchers()) == before
+  it = ds.train_iterator(8)
+  next(it)
+  del it
+  gc.collect()
+  assert len(prefetchers()) == before
+
+
+def test_prefetch_errors_reach_the_caller(ds, monkeypatch):
+  def broken(args, state):
+    raise RuntimeError("bad batch")
+
+  monkeypatch.setattr(data, "_make_batch", broken)
+  it = ds.train_iterator(8)
+  with pytest.raises(RuntimeError, match="bad batch"):
+    next(it)
+  it.close()

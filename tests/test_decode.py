@@ -1,0 +1,233 @@
+"""Beam search against brute force on toy step functions; cache == no cache on a tiny model."""
+
+import functools
+import itertools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t2t_jax import configs
+from t2t_jax import decode
+from t2t_jax import model
+
+STATES = 97  # hidden states of the toy step function
+
+
+def _toy_hash(h, token, position):
+  """Next hidden state: depends on the whole prefix, not only on the last token."""
+  return (h * 7 + token * 3 + position + 1) % STATES
+
+
+def toy_step(cache, tokens, position):
+  """A decode_step look-alike: logits = table[row, hash(prefix)]; every leaf has a row dim."""
+  h = _toy_hash(cache["h"], tokens, position)
+  logits = jnp.take_along_axis(cache["table"], h[:, None, None], axis=1)[:, 0]
+  return logits, {**cache, "h": h}
+
+
+def toy_cache(seed, batch, vocab, scale=2.0):
+  table = scale * jax.random.normal(jax.random.key(seed), (batch, STATES, vocab))
+  return {"h": jnp.zeros((batch,), jnp.int32), "table": table}
+
+
+def _log_softmax(x):
+  x = np.asarray(x, np.float64)
+  x = x - x.max()
+  return x - np.log(np.exp(x).sum())
+
+
+def toy_log_probs(table_row, prefix):
+  """Log-probabilities of every token after `prefix`, as beam search sees them (pad banned)."""
+  h, previous = 0, 0
+  for position in range(len(prefix) + 1):
+    h = _toy_hash(h, previous, position)
+    previous = prefix[position] if position < len(prefix) else 0
+  log_probs = _log_softmax(table_row[h])
+  log_probs[decode.PAD_ID] = -np.inf
+  return log_probs
+
+
+def penalised(log_prob, length, alpha):
+  return log_prob / ((5.0 + length) / 6.0) ** alpha
+
+
+def exhaustive_best(table_row, max_len, alpha, vocab):
+  """Best length-penalised hypothesis over every sequence ending in EOS or at max_len."""
+  best = (-np.inf, None)
+  for length in range(1, max_len + 1):
+    for seq in itertools.product(range(2, vocab), repeat=length - 1):
+      for last in range(1, vocab):
+        if last != decode.EOS_ID and length < max_len:
+          continue
+        full = [*seq, last]
+        log_prob = sum(toy_log_probs(table_row, full[:i])[t] for i, t in enumerate(full))
+        best = max(best, (penalised(log_prob, length, alpha), full), key=lambda b: b[0])
+  return best
+
+
+def rescore(table_row, tokens, alpha):
+  hyp = decode.strip_eos(tokens)
+  full = hyp + [decode.EOS_ID] if decode.EOS_ID in list(tokens) else hyp
+  log_prob = sum(toy_log_probs(table_row, full[:i])[t] for i, t in enumerate(full))
+  return penalised(log_prob, len(full), alpha)
+
+
+def check_well_formed(tokens, max_lens):
+  """Each hypothesis: real tokens, at most one EOS and only last, then padding; within its limit."""
+  tokens = np.asarray(tokens)
+  per_sentence = tokens.size // tokens.shape[-1] // len(max_lens)
+  for row, limit in zip(tokens.reshape(-1, tokens.shape[-1]), np.repeat(max_lens, per_sentence)):
+    used = int(np.count_nonzero(row))
+    assert np.all(row[used:] == 0), row
+    assert decode.EOS_ID not in row[:used - 1], row
+    assert 1 <= used <= limit, (row, limit)
+
+
+@pytest.mark.parametrize("alpha", [0.6, 1.5])
+def test_wide_beam_finds_the_exhaustive_best(alpha):
+  vocab, max_len, batch = 5, 4, 4
+  cache = toy_cache(seed=int(alpha * 10), batch=batch, vocab=vocab)
+  max_lens = np.array([4, 2, 3, 1])
+  # 3 words: at most 3^2 * 4 = 36 valid extensions before the last step, so 40
+  # beams keep every hypothesis and the search is exact.
+  tokens, scores = jax.jit(functools.partial(
+      decode.beam_search, toy_step, beam_size=40, alpha=alpha, max_len=max_len,
+      n_best=3))(cache, max_lens=max_lens)
+  tokens, scores = np.asarray(tokens), np.asarray(scores)
+  check_well_formed(tokens, max_lens)
+  table = np.asarray(cache["table"])
+  for b in range(batch):
+    best_score, best = exhaustive_best(table[b], max_lens[b], alpha, vocab)
+    got = decode.strip_eos(tokens[b, 0])
+    assert got == [t for t in best if t != decode.EOS_ID], (b, tokens[b, 0], best)
+    np.testing.assert_allclose(scores[b, 0], best_score, rtol=1e-5)
+    for n in range(3):
+      np.testing.assert_allclose(scores[b, n], rescore(table[b], tokens[b, n], alpha), rtol=1e-5)
+    assert np.all(np.diff(scores[b]) <= 0)
+
+
+def test_beam_of_one_without_length_penalty_is_greedy():
+  vocab, max_len, batch = 12, 10, 6
+  cache = toy_cache(seed=3, batch=batch, vocab=vocab, scale=1.0)
+  max_lens = np.array([10, 3, 7, 1, 10, 5])
+  greedy_tokens, greedy_log_prob = decode.greedy_search(
+      toy_step, cache, max_len=max_len, max_lens=max_lens)
+  beam_tokens, beam_scores = decode.beam_search(
+      toy_step, cache, beam_size=1, alpha=0.0, max_len=max_len, max_lens=max_lens)
+  np.testing.assert_array_equal(beam_tokens[:, 0], greedy_tokens)
+  np.testing.assert_allclose(beam_scores[:, 0], greedy_log_prob, rtol=1e-5)
+  check_well_formed(np.asarray(greedy_tokens), max_lens)
+  # Greedy really is the argmax at every step.
+  table = np.asarray(cache["table"])
+  for b in range(batch):
+    row = np.asarray(greedy_tokens[b])
+    for i in range(len(decode.strip_eos(row)) + 1):
+      if i < len(row) and row[i]:
+        assert row[i] == np.argmax(toy_log_probs(table[b], list(row[:i])))
+
+
+def test_finished_hypotheses_never_extend():
+  vocab, max_len, batch = 6, 12, 3
+
+  def eos_then_free_words(cache, tokens, position):
+    # EOS is likely at first; after an EOS, token 3 would cost nothing, so a
+    # search that extended finished hypotheses would prefer "EOS 3 3 3 ..." (the
+    # length penalty rewards length).
+    logits = jnp.where(tokens[:, None] == decode.EOS_ID,
+                       jnp.array([0, 0, 0, 50.0, 0, 0]), cache["logits"])
+    return logits, cache
+
+  cache = {"logits": jnp.tile(jnp.array([0, 2.0, 0, 0, 1.0, 0.5]), (batch, 1))}
+  tokens, scores = decode.beam_search(eos_then_free_words, cache, beam_size=4, alpha=2.0,
+                                      max_len=max_len, n_best=4)
+  check_well_formed(tokens, np.full(batch, max_len))
+  assert np.any(np.asarray(tokens)[:, :, 0] == decode.EOS_ID)  # the trap was reachable
+  assert np.all(np.isfinite(scores)) and np.all(scores > decode.NEG_INF / 2)
+
+
+def test_sentences_stop_early_and_respect_their_own_maximum():
+  calls = []
+
+  def almost_always_eos(cache, tokens, position):
+    jax.debug.callback(lambda p: calls.append(int(p)), position)
+    return jnp.tile(jnp.array([0, 30.0, 0, 0]), (tokens.shape[0], 1)), cache
+
+  cache = {"dummy": jnp.zeros((2, 1))}
+  tokens, _ = jax.jit(functools.partial(decode.beam_search, almost_always_eos, beam_size=4,
+                                        max_len=30))(cache)
+  jax.block_until_ready(tokens)
+  jax.effects_barrier()
+  assert calls == [0]  # "EOS" finished at step 0 and nothing alive can beat it
+  np.testing.assert_array_equal(np.asarray(tokens)[:, 0, 0], decode.EOS_ID)
+
+  def never_eos(cache, tokens, position):
+    return jnp.tile(jnp.array([0, -30.0, 1.0, 0]), (tokens.shape[0], 1)), cache
+
+  max_lens = np.array([5, 1, 8])
+  tokens, _ = decode.beam_search(never_eos, {"dummy": jnp.zeros((3, 1))}, beam_size=2,
+                                 max_len=8, max_lens=max_lens)
+  lengths = (np.asarray(tokens)[:, 0] != 0).sum(-1)
+  np.testing.assert_array_equal(lengths, max_lens)
+
+
+def test_bad_arguments_raise():
+  cache = toy_cache(seed=0, batch=1, vocab=4)
+  with pytest.raises(ValueError, match="alpha=-1"):
+    decode.beam_search(toy_step, cache, alpha=-1.0, max_len=3)
+  with pytest.raises(ValueError, match="n_best=5"):
+    decode.beam_search(toy_step, cache, beam_size=4, n_best=5, max_len=3)
+
+
+# ------------------------------------------------------------------ tiny real model
+
+TINY = configs.get_config("demo", vocab_size=24, num_layers=2, d_model=32, d_ff=64, num_heads=4,
+                          max_len=32, max_decode_extra=6, beam_size=3, decode_batch_size=4)
+
+
+@pytest.fixture(scope="module")
+def tiny_params():
+  return model.init_params(TINY, jax.random.key(1))
+
+
+def _random_sources(seed, lengths):
+  rng = np.random.default_rng(seed)
+  return [list(rng.integers(3, TINY.vocab_size, size=n)) for n in lengths]
+
+
+def _batch(sources, width):
+  inputs = np.zeros((len(sources), width), np.int32)
+  for row, src in enumerate(sources):
+    inputs[row, :len(src) + 1] = [*src, decode.EOS_ID]
+  return inputs
+
+
+def test_cached_and_uncached_decoding_agree(tiny_params):
+  inputs = _batch(_random_sources(0, [7, 3, 0, 5]), width=8)
+  cached, cached_scores = decode.translate_batch(TINY, tiny_params, inputs)
+  uncached, uncached_scores = decode.translate_batch(TINY, tiny_params, inputs, cached=False)
+  np.testing.assert_array_equal(cached, uncached)
+  np.testing.assert_allclose(cached_scores, uncached_scores, rtol=1e-4)
+  # Input length (EOS included) + max_decode_extra bounds each sentence.
+  check_well_formed(np.asarray(cached), (inputs != 0).sum(1) + TINY.max_decode_extra)
+  assert cached.shape == (4, 1, 8 + TINY.max_decode_extra)
+
+
+def test_decode_ids_restores_input_order(tiny_params):
+  # Distinct lengths sort the same whatever the input order: the same batches of
+  # 4 (the last padded with a filler row), compiled once with the test above.
+  sources = _random_sources(1, [6, 2, 0, 4, 1, 5, 3])
+  order = np.random.default_rng(0).permutation(len(sources))
+  outputs = decode.decode_ids(TINY, tiny_params, sources)
+  shuffled = decode.decode_ids(TINY, tiny_params, [sources[i] for i in order])
+  assert shuffled == [outputs[i] for i in order]
+  # Each sentence decoded on its own gives the same output.
+  single = _batch([sources[2], sources[0], sources[1], sources[3]], width=8)
+  tokens, _ = decode.translate_batch(TINY, tiny_params, single)
+  assert [decode.strip_eos(t) for t in np.asarray(tokens[:, 0])] == \
+      [outputs[2], outputs[0], outputs[1], outputs[3]]
+  assert all(len(out) <= len(src) + 1 + TINY.max_decode_extra
+             for src, out in zip(sources, outputs))
+  with pytest.raises(ValueError, match="truncate"):
+    decode.decode_ids(TINY, tiny_params, [[5] * TINY.max_len])

@@ -1,0 +1,92 @@
+"""Label-smoothed cross-entropy against a NumPy reference that builds q explicitly."""
+
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t2t_jax import loss
+
+
+def _reference(logits, targets, eps):
+  """Per-token KL(q || p) and -log p(gold) with the smoothed q written out in full."""
+  logits = np.asarray(logits, np.float64)
+  vocab = logits.shape[-1]
+  log_p = logits - logits.max(-1, keepdims=True)
+  log_p = log_p - np.log(np.exp(log_p).sum(-1, keepdims=True))
+  q = np.full(logits.shape, eps / (vocab - 1))
+  np.put_along_axis(q, targets[..., None], 1.0 - eps, axis=-1)
+  log_q = np.log(np.where(q > 0, q, 1.0))  # 0 log 0 = 0
+  kl = np.sum(q * (log_q - log_p), axis=-1)
+  nll = -np.take_along_axis(log_p, targets[..., None], axis=-1)[..., 0]
+  return kl, nll
+
+
+def _batch(seed=0, batch=3, length=7, vocab=11):
+  rng = np.random.default_rng(seed)
+  logits = rng.normal(size=(batch, length, vocab)).astype(np.float32) * 3
+  targets = rng.integers(1, vocab, size=(batch, length)).astype(np.int32)
+  targets[0, 4:] = 0  # trailing padding
+  targets[2, 1:] = 0
+  return logits, targets
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1, 0.2])
+def test_matches_numpy_reference(eps):
+  logits, targets = _batch()
+  kl, nll = _reference(logits, targets, eps)
+  got_loss, got_nll = loss.smoothed_cross_entropy(jnp.asarray(logits), jnp.asarray(targets), eps)
+  np.testing.assert_allclose(got_loss, kl, rtol=1e-5, atol=1e-5)
+  np.testing.assert_allclose(got_nll, nll, rtol=1e-5, atol=1e-5)
+
+  sums = loss.compute_metrics(jnp.asarray(logits), jnp.asarray(targets), eps)
+  weights = targets != 0
+  np.testing.assert_allclose(sums["loss"], kl[weights].sum(), rtol=1e-5)
+  np.testing.assert_allclose(sums["nll"], nll[weights].sum(), rtol=1e-5)
+  assert float(sums["tokens"]) == weights.sum()
+  correct = (logits.argmax(-1) == targets) & weights
+  assert float(sums["correct"]) == correct.sum()
+
+
+def test_padding_is_ignored():
+  logits, targets = _batch(seed=1)
+  sums = loss.compute_metrics(jnp.asarray(logits), jnp.asarray(targets), 0.1)
+  # Anything at padded positions, and whole filler rows, change nothing.
+  noisy = logits.copy()
+  noisy[targets == 0] = np.random.default_rng(2).normal(size=noisy[targets == 0].shape) * 50
+  padded_logits = np.concatenate([noisy, np.ones_like(noisy[:2])], axis=0)
+  padded_targets = np.concatenate([targets, np.zeros_like(targets[:2])], axis=0)
+  again = loss.compute_metrics(jnp.asarray(padded_logits), jnp.asarray(padded_targets), 0.1)
+  for name in sums:
+    np.testing.assert_allclose(again[name], sums[name], rtol=1e-6)
+
+
+def test_perfect_prediction_scores_zero_smoothed_loss():
+  eps, vocab = 0.1, 11
+  targets = np.array([[3, 5, 0]], np.int32)
+  q = np.full((1, 3, vocab), eps / (vocab - 1))
+  np.put_along_axis(q, targets[..., None], 1 - eps, axis=-1)
+  per_token, nll = loss.smoothed_cross_entropy(jnp.log(jnp.asarray(q, jnp.float32)),
+                                               jnp.asarray(targets), eps)
+  np.testing.assert_allclose(per_token, 0.0, atol=1e-5)
+  np.testing.assert_allclose(nll, -np.log(1 - eps), rtol=1e-5)
+
+
+def test_bfloat16_logits_give_float32_sums():
+  logits, targets = _batch(seed=3)
+  sums = loss.compute_metrics(jnp.asarray(logits, jnp.bfloat16), jnp.asarray(targets), 0.1)
+  assert all(v.dtype == jnp.float32 for v in sums.values())
+  kl, _ = _reference(np.asarray(jnp.asarray(logits, jnp.bfloat16).astype(jnp.float32)),
+                     targets, 0.1)
+  np.testing.assert_allclose(sums["loss"], kl[targets != 0].sum(), rtol=1e-4)
+
+
+def test_summarize_normalises_by_tokens():
+  out = loss.summarize({"loss": 6.0, "nll": 8.0, "correct": 3.0, "tokens": 4.0})
+  assert out["loss"] == pytest.approx(1.5)
+  assert out["accuracy"] == pytest.approx(0.75)
+  assert out["perplexity"] == pytest.approx(np.exp(2.0))
+
+
+def test_shape_mismatch_is_a_clear_error():
+  with pytest.raises(ValueError, match="do not match"):
+    loss.smoothed_cross_entropy(jnp.zeros((2, 3, 5)), jnp.zeros((2, 4), jnp.int32), 0.1)

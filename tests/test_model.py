@@ -1,0 +1,211 @@
+"""model.py: properties of the full model (causality, padding, cache == no cache, dtypes)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t2t_jax import configs, model
+
+# Tiny, with d_k != d_v so that a swapped projection cannot go unnoticed.
+CFG = configs.get_config("demo", vocab_size=23, num_layers=2, d_model=16, d_ff=32, num_heads=2,
+                         d_k=8, d_v=6, max_len=16, dropout_rate=0.1, attention_dropout_rate=0.1)
+# Every optional path at once: restricted attention, learned positions, unshared embeddings.
+# One layer keeps its compile time down.
+CFG_VARIANT = CFG.replace(attention_window=1, positional_encoding="learned",
+                          share_embeddings=False, num_layers=1)
+
+
+def _batch(rng, batch, length, lengths, vocab=23):
+  ids = rng.integers(3, vocab, (batch, length))
+  for b, n in enumerate(lengths):
+    ids[b, n:] = 0
+  return jnp.asarray(ids, jnp.int32)
+
+
+RNG = np.random.default_rng(0)
+INPUTS = _batch(RNG, 3, 7, [7, 4, 6])
+TARGETS = _batch(RNG, 3, 6, [6, 6, 3])
+
+
+@functools.lru_cache(maxsize=None)
+def _params(cfg):
+  return model.init_params(cfg, jax.random.key(0))
+
+
+@functools.lru_cache(maxsize=None)
+def _forward_with_weights(cfg):
+  """jit(apply) returning (logits, intermediates); one compile per config serves every test."""
+  def fwd(params, inputs, targets):
+    return model.Transformer(cfg).apply(
+        {"params": params}, inputs, targets, mutable=["intermediates"])
+  return jax.jit(fwd)
+
+
+def _forward(cfg):
+  return lambda *args: _forward_with_weights(cfg)(*args)[0]
+
+
+def _cached_logits(cfg, params, inputs, targets):
+  """decode_step over every position (traced), feeding the shifted targets: [batch, length, vocab]."""
+  # Two spare cache slots: unwritten (zero) keys must stay masked.
+  cache = model.init_cache(cfg, params, inputs, targets.shape[1] + 2)
+  def body(cache, xs):
+    token, position = xs
+    logits, cache = model.decode_step(cfg, params, cache, token, position)
+    return cache, logits
+  decoder_inputs = model.shift_right(targets).T                        # [length, batch]
+  _, logits = jax.lax.scan(body, cache, (decoder_inputs, jnp.arange(targets.shape[1])))
+  return jnp.swapaxes(logits, 0, 1)
+
+
+def test_forward_shapes_dtypes_and_plain_float32_params():
+  params = _params(CFG)
+  assert type(params) is dict
+  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(params))
+  # One matrix for source, target and pre-softmax when shared; three otherwise.
+  assert "embedding" in params and "source_embedding" not in params
+  assert {"source_embedding", "target_embedding", "output_embedding"} <= set(_params(CFG_VARIANT))
+  emb = np.asarray(params["embedding"]["embedding"])
+  assert emb.shape == (23, 16)
+  assert 0.7 < emb.std() * np.sqrt(16) < 1.3      # std d_model^-0.5 (docs/model.md)
+  # Glorot on the flattened [d_model, heads*d_k] matrix, not on the 3-D kernel's own axes.
+  query = np.asarray(params["encoder"]["layers_0"]["self_attention"]["query"]["kernel"])
+  assert query.shape == (16, 2, 8)
+  assert 0.8 < query.std() / np.sqrt(2 / (16 + 16)) < 1.2
+  logits = _forward(CFG)(params, INPUTS, TARGETS)
+  assert logits.shape == (3, 6, 23) and logits.dtype == jnp.float32
+  assert np.all(np.isfinite(logits))
+
+
+@pytest.mark.parametrize("cfg", [CFG, CFG_VARIANT], ids=["base", "window_learned_unshared"])
+def test_changing_target_j_changes_no_logit_at_or_before_j(cfg):
+  params, fwd = _params(cfg), _forward(cfg)
+  base = np.asarray(fwd(params, INPUTS, TARGETS))
+  for j in range(TARGETS.shape[1]):
+    changed = TARGETS.at[0, j].set(TARGETS[0, j] % 20 + 3)
+    logits = np.asarray(fwd(params, INPUTS, changed))
+    np.testing.assert_allclose(logits[0, :j + 1], base[0, :j + 1], atol=1e-5)
+    np.testing.assert_allclose(logits[1:], base[1:], atol=1e-5)
+    if j + 1 < TARGETS.shape[1]:               # the test can see a change where one is due
+      assert np.abs(logits[0, j + 1] - base[0, j + 1]).max() > 1e-4
+
+
+def test_extra_padding_changes_no_logit():
+  params, fwd = _params(CFG), _forward(CFG)
+  base = np.asarray(fwd(params, INPUTS, TARGETS))
+  longer = np.asarray(fwd(params, jnp.pad(INPUTS, ((0, 0), (0, 3))), jnp.pad(TARGETS, ((0, 0), (0, 2)))))
+  real = np.asarray(TARGETS != 0)   # padded positions' logits are never used
+  np.testing.assert_allclose(longer[:, :TARGETS.shape[1]][real], base[real], atol=1e-5)
+  # Changing source padding into a real token does change the output (the test can fail).
+  assert np.abs(np.asarray(fwd(params, INPUTS.at[1, 5].set(7), TARGETS)) - base)[1].max() > 1e-4
+
+
+def test_fully_padded_rows_give_finite_logits():
+  inputs = INPUTS.at[2].set(0)
+  targets = TARGETS.at[2].set(0)
+  logits = np.asarray(_forward(CFG)(_params(CFG), inputs, targets))
+  assert np.all(np.isfinite(logits))
+
+
+@pytest.mark.parametrize("cfg", [CFG, CFG_VARIANT], ids=["base", "window_learned_unshared"])
+def test_cached_decoding_reproduces_full_forward(cfg):
+  params = _params(cfg)
+  full = np.asarray(_forward(cfg)(params, INPUTS, TARGETS))
+  cached = np.asarray(jax.jit(functools.partial(_cached_logits, cfg))(params, INPUTS, TARGETS))
+  real = np.asarray(TARGETS != 0)
+  np.testing.assert_allclose(cached[real], full[real], atol=1e-5, rtol=1e-5)
+
+
+def test_cache_leaves_have_leading_batch_and_decode_step_keeps_the_structure():
+  # Shapes only (beam search tiles/gathers every leaf along axis 0); the values
+  # are checked by test_cached_decoding_reproduces_full_forward.
+  params = _params(CFG)
+  cache = jax.eval_shape(lambda p, i: model.init_cache(CFG, p, i, 5), params, INPUTS)
+  for leaf in jax.tree.leaves(cache):
+    assert leaf.shape[0] == INPUTS.shape[0]
+  logits, new_cache = jax.eval_shape(
+      functools.partial(model.decode_step, CFG), params, cache, jnp.zeros((3,), jnp.int32), 0)
+  assert logits.shape == (3, 23) and logits.dtype == jnp.float32
+  assert jax.tree.structure(new_cache) == jax.tree.structure(cache)
+  assert jax.tree.map(lambda a, b: a.shape == b.shape, new_cache, cache)
+
+
+def _weights(state, stack, layer, name):
+  (w,) = state["intermediates"][stack][f"layers_{layer}"][name]["attention_weights"]
+  return np.asarray(w)
+
+
+def test_attention_weights_are_retrievable_and_normalised():
+  _, state = _forward_with_weights(CFG)(_params(CFG), INPUTS, TARGETS)
+  batch, src, tgt, heads = 3, 7, 6, 2
+  for layer in range(CFG.num_layers):
+    enc = _weights(state, "encoder", layer, "self_attention")
+    dec = _weights(state, "decoder", layer, "self_attention")
+    cross = _weights(state, "decoder", layer, "cross_attention")
+    assert enc.shape == (batch, heads, src, src)
+    assert dec.shape == (batch, heads, tgt, tgt)
+    assert cross.shape == (batch, heads, tgt, src)
+    for w in (enc, dec, cross):
+      np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
+    # Row 1 has 4 real source tokens: its real queries put no weight on padding.
+    assert np.all(enc[1, :, :4, 4:] == 0) and np.all(cross[1, :, :, 4:] == 0)
+    assert np.all(np.triu(dec[0], k=1) == 0)
+
+
+def test_restricted_attention_puts_zero_weight_beyond_the_window():
+  _, state = _forward_with_weights(CFG_VARIANT)(_params(CFG_VARIANT), INPUTS, TARGETS)
+  r = CFG_VARIANT.attention_window
+  i, j = np.indices((7, 7))
+  enc = _weights(state, "encoder", 0, "self_attention")[0]              # row 0: no padding
+  assert np.all(enc[:, np.abs(i - j) > r] == 0)
+  assert np.all(enc[:, np.abs(i - j) <= r] > 0)
+  i, j = np.indices((6, 6))
+  dec = _weights(state, "decoder", 0, "self_attention")[0]
+  allowed = (j <= i) & (i - j <= r)
+  assert np.all(dec[:, ~allowed] == 0) and np.all(dec[:, allowed] > 0)
+
+
+def test_jit_and_no_jit_agree():
+  params = _params(CFG_VARIANT)   # one layer: op-by-op dispatch is slow
+  eager = model.Transformer(CFG_VARIANT).apply({"params": params}, INPUTS[:1], TARGETS[:1])
+  jitted = _forward(CFG_VARIANT)(params, INPUTS, TARGETS)[:1]
+  np.testing.assert_allclose(eager, jitted, atol=1e-5)
+
+
+def test_bfloat16_compute_stays_close_to_float32_with_float32_params():
+  cfg16 = CFG.replace(dtype="bfloat16")
+  params = _params(CFG)
+  shapes = jax.eval_shape(functools.partial(model.init_params, cfg16), jax.random.key(0))
+  assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(shapes))
+  f32 = np.asarray(_forward(CFG)(params, INPUTS, TARGETS))
+  both = jax.jit(lambda p, i, t: (model.Transformer(cfg16).apply({"params": p}, i, t),
+                                  _cached_logits(cfg16, p, i, t)))     # one compile
+  b16, cached = both(params, INPUTS, TARGETS)
+  assert b16.dtype == cached.dtype == jnp.float32
+  assert np.abs(np.asarray(b16) - f32).max() < 0.05 * np.abs(f32).max()
+  cached = np.asarray(cached)
+  real = np.asarray(TARGETS != 0)
+  assert np.abs(cached[real] - f32[real]).max() < 0.05 * np.abs(f32).max()
+
+
+def test_train_mode_applies_dropout_from_the_given_key():
+  params = _params(CFG)
+  train = jax.jit(lambda key: model.Transformer(CFG).apply(
+      {"params": params}, INPUTS, TARGETS, train=True, rngs={"dropout": key}))
+  # rbg keys: threefry's dropout masks take seconds to compile on a CPU.
+  key = functools.partial(jax.random.key, impl="rbg")
+  a, b, a2 = train(key(1)), train(key(2)), train(key(1))
+  np.testing.assert_array_equal(a, a2)
+  assert np.abs(np.asarray(a) - np.asarray(b)).max() > 1e-3
+  assert np.all(np.isfinite(a))
+
+
+def test_learned_positions_reject_sequences_longer_than_max_len():
+  too_long = jnp.ones((1, CFG_VARIANT.max_len + 1), jnp.int32)
+  with pytest.raises(ValueError, match="max_len"):
+    model.Transformer(CFG_VARIANT).apply({"params": _params(CFG_VARIANT)}, too_long, too_long)
+  with pytest.raises(ValueError, match="max_len"):
+    model.init_cache(CFG_VARIANT, _params(CFG_VARIANT), INPUTS, CFG_VARIANT.max_len + 1)

@@ -1,0 +1,27 @@
+"""The README's promises: its layer-reuse example runs, CI runs its test command."""
+
+import pathlib
+import re
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+README = (ROOT / "README.md").read_text()
+
+
+def test_reuse_example_runs():
+  marker = "<!-- this block is executed by tests/test_readme.py -->"
+  block = re.search(re.escape(marker) + r"\s*```python\n(.*?)```", README, re.S)
+  assert block, "README lost its tested example block"
+  exec(compile(block.group(1), "README.md", "exec"), {})  # pylint: disable=exec-used
+
+
+def test_ci_runs_the_readme_test_command():
+  commands = re.findall(r"^(XLA_FLAGS=\S+ python3? -m pytest.*)$", README, re.M)
+  assert len(commands) == 1, commands
+  assert commands[0] in (ROOT / ".ci" / "run").read_text()
+
+
+def test_first_command_runs_the_demo_script():
+  first = re.search(r"```bash\n(.*?)\n", README).group(1)
+  assert "pip install -r requirements.txt" in first
+  script = re.search(r"python3 (experiments/\S+\.py) --config=demo", first).group(1)
+  assert (ROOT / script).exists()

@@ -1,0 +1,164 @@
+"""Resume == uninterrupted: SIGKILL a tiny training run, restart it, compare bit for bit.
+
+Three processes run the same command: A trains to the end; B is killed as soon
+as it has written its second checkpoint (wherever it is then: mid-step or
+mid-save), then run again. A and B must end with the same state bit for bit
+(params, Adam moments, step, data position), and every logged training metric
+must match step for step.
+"""
+
+import functools
+import json
+import os
+import pathlib
+import signal
+import subprocess
+import sys
+import time
+
+import jax
+import numpy as np
+import pytest
+
+from t2t_jax import checkpoint
+from t2t_jax import configs
+from t2t_jax import demo_corpus
+from t2t_jax import optim
+from t2t_jax import steps
+
+NUM_STEPS = 24
+EVERY = 2
+# Logged values that depend on the computation only (not on the wall clock).
+_DETERMINISTIC = ("train_loss", "train_nll", "train_accuracy", "train_perplexity",
+                  "learning_rate", "grad_norm", "eval_loss", "eval_nll", "eval_accuracy",
+                  "eval_perplexity")
+
+# Reports which step each process restored, without relying on train.py's log text.
+_DRIVER = """
+import json, sys
+from t2t_jax import checkpoint, configs, train
+restore = checkpoint.Checkpointer.restore_latest
+def spy(self, target):
+  restored = restore(self, target)
+  print("RESTORED", None if restored is None else int(restored[0].step), flush=True)
+  return restored
+checkpoint.Checkpointer.restore_latest = spy
+train.train_and_evaluate(configs.get_config("demo", **json.loads(sys.argv[1])), sys.argv[2])
+print("FINISHED", flush=True)
+"""
+
+
+@pytest.fixture(scope="module")
+def overrides(tmp_path_factory):
+  """A tiny model on short generated sentences: one batch shape, so one compilation."""
+  corpus = tmp_path_factory.mktemp("corpus")
+  pairs = demo_corpus.generate(1040, seed=0, min_words=3, max_words=5)
+  files = {}
+  for split, chunk in {"dev": pairs[:20], "test": pairs[20:40], "train": pairs[40:]}.items():
+    for side, lang in enumerate(("en", "de")):
+      (corpus / f"{split}.{lang}").write_text("".join(pair[side] + "\n" for pair in chunk))
+    files[f"{split}_files"] = f"{corpus}/{split}.en,{corpus}/{split}.de"
+  # ~130 pairs of at most 8 tokens: 9 batches of [16, 8] per epoch, so the run
+  # crosses two epoch boundaries and the iterator position must survive them.
+  return dict(dataset="text", **files, vocab_size=400, num_layers=1, d_model=32, d_ff=64,
+              num_heads=2, max_len=16, max_source_length=8, max_target_length=8,
+              tokens_per_batch=128, max_tokens_per_device=128, dropout_rate=0.1,
+              num_train_steps=NUM_STEPS, warmup_steps=8, log_every_steps=1,
+              eval_every_steps=1000, num_eval_batches=1, checkpoint_every_steps=EVERY,
+              checkpoint_every_minutes=None, average_last=2)
+
+
+@pytest.fixture(scope="module")
+def compilation_cache(tmp_path_factory):
+  """Shared by the three processes: only the first one compiles."""
+  return tmp_path_factory.mktemp("jax_cache")
+
+
+def _command(overrides, workdir):
+  return [sys.executable, "-c", _DRIVER, json.dumps(overrides), str(workdir)]
+
+
+def _env(cache_dir):
+  # Two devices keep the cross-device sums in play at a fraction of eight's cost.
+  return {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+          "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2",
+          "JAX_COMPILATION_CACHE_DIR": str(cache_dir),
+          "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",
+          "JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES": "0"}
+
+
+def _run(overrides, workdir, cache_dir):
+  result = subprocess.run(_command(overrides, workdir), env=_env(cache_dir), capture_output=True,
+                          text=True, timeout=300, cwd=pathlib.Path(__file__).parents[1])
+  assert result.returncode == 0 and "FINISHED" in result.stdout, result.stderr[-4000:]
+  return result.stdout
+
+
+def _committed_steps(workdir):
+  directory = workdir / checkpoint.CHECKPOINT_DIR
+  if not directory.is_dir():
+    return []
+  return sorted(int(p.name) for p in directory.iterdir() if p.name.isdigit())
+
+
+def _metrics(workdir):
+  lines = (workdir / "metrics.jsonl").read_text().splitlines()
+  return {r["step"]: {k: r[k] for k in _DETERMINISTIC if k in r}
+          for r in map(json.loads, lines)}
+
+
+def test_killed_run_resumes_exactly(tmp_path, overrides, compilation_cache):
+  reference, resumed = tmp_path / "reference", tmp_path / "resumed"
+  assert "RESTORED None" in _run(overrides, reference, compilation_cache)
+
+  log = tmp_path / "killed.log"
+  with open(log, "w") as stderr:  # a file, not a pipe that could fill up and stall the run
+    process = subprocess.Popen(_command(overrides, resumed), env=_env(compilation_cache),
+                               stdout=subprocess.DEVNULL, stderr=stderr,
+                               cwd=pathlib.Path(__file__).parents[1])
+    deadline = time.monotonic() + 240
+    while len(_committed_steps(resumed)) < 2 and process.poll() is None:
+      if time.monotonic() > deadline:
+        process.kill()
+        pytest.fail("no checkpoint appeared in time")
+      time.sleep(0.005)
+    process.send_signal(signal.SIGKILL)
+    process.wait()
+  assert process.returncode == -signal.SIGKILL, (
+      f"the run ended (rc {process.returncode}) before it could be killed: "
+      f"{log.read_text()[-2000:]}")
+  killed_at = _committed_steps(resumed)
+  assert killed_at and killed_at[-1] < NUM_STEPS
+
+  out = _run(overrides, resumed, compilation_cache)
+  restored_step = int(out.split("RESTORED ")[1].split()[0])
+  assert restored_step == killed_at[-1] and restored_step % EVERY == 0, (restored_step, killed_at)
+
+  # Identical final state (params, Adam moments, step) bit for bit, and data position.
+  assert _committed_steps(reference)[-1] == _committed_steps(resumed)[-1] == NUM_STEPS
+  leftovers = [p.name for p in (resumed / checkpoint.CHECKPOINT_DIR).iterdir()
+               if not p.name.isdigit()]
+  assert not leftovers, f"temporary directories left behind: {leftovers}"
+  cfg = configs.get_config("demo", **overrides)
+  abstract = jax.eval_shape(functools.partial(
+      steps.create_train_state, cfg, optim.make_optimizer(cfg)), jax.random.key(0))
+  finals = []
+  for workdir in (reference, resumed):
+    with checkpoint.Checkpointer(workdir, cfg) as ckpt:
+      finals.append(ckpt.restore_latest(abstract))
+  (ref_state, ref_extras), (new_state, new_extras) = finals
+  assert int(new_state.step) == NUM_STEPS
+  assert new_extras["data"] == ref_extras["data"]
+  ref_leaves = jax.tree_util.tree_leaves_with_path(ref_state)
+  new_leaves = jax.tree_util.tree_leaves_with_path(new_state)
+  assert len(ref_leaves) == len(new_leaves)
+  for (path, ref), (_, new) in zip(ref_leaves, new_leaves):
+    np.testing.assert_array_equal(new, ref, err_msg=jax.tree_util.keystr(path))
+
+  ref_metrics, new_metrics = _metrics(reference), _metrics(resumed)
+  assert sorted(new_metrics) == list(range(1, NUM_STEPS + 1))
+  assert all("train_loss" in record for record in new_metrics.values())
+  for step in range(restored_step + 1, NUM_STEPS + 1):
+    assert new_metrics[step] == ref_metrics[step], f"step {step}"
+  assert ref_metrics == new_metrics  # the lines kept from before the kill match too
+

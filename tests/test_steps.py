@@ -1,0 +1,116 @@
+"""train_step/eval_step: the update does not depend on how the batch is split.
+
+8 devices x 1 micro-step, 1 device x 1 and 1 device x 4 micro-steps must give the
+same state as a single-device reference computed without pmap (the gradient of
+the token-mean loss over the whole batch). Dropout is off so all see one function.
+"""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t2t_jax import configs, loss, model, optim, parallel, steps
+
+BATCH, LENGTH = 16, 6
+
+
+@pytest.fixture(scope="module")
+def setup():
+  cfg = configs.get_config("demo", vocab_size=40, num_layers=1, d_model=16, d_ff=32,
+                           num_heads=2, dropout_rate=0.0, max_len=16, warmup_steps=10)
+  optimizer = optim.make_optimizer(cfg)
+  state = steps.create_train_state(cfg, optimizer, jax.random.key(0))
+  rng = np.random.default_rng(0)
+  inputs = rng.integers(3, cfg.vocab_size, (BATCH, LENGTH)).astype(np.int32)
+  targets = rng.integers(3, cfg.vocab_size, (BATCH, LENGTH)).astype(np.int32)
+  lengths = rng.integers(1, LENGTH + 1, BATCH)
+  targets[np.arange(LENGTH)[None] >= lengths[:, None]] = 0   # ragged real lengths
+  inputs[np.arange(LENGTH)[None] >= rng.integers(1, LENGTH + 1, BATCH)[:, None]] = 0
+  inputs[-2:], targets[-2:] = 0, 0                            # two filler rows
+  return cfg, optimizer, state, {"inputs": inputs, "targets": targets}
+
+
+def _split(batch, devices, accum):
+  return {k: v.reshape(devices, accum, BATCH // devices // accum, LENGTH) for k, v in batch.items()}
+
+
+def _run(setup, devices, accum):
+  cfg, optimizer, state, batch = setup
+  devs = jax.devices()[:devices]
+  step = parallel.pmap_train_step(cfg, optimizer, devs)
+  new_state, metrics = step(parallel.replicate(state, devs),
+                            parallel.shard_batch(_split(batch, devices, accum), devs),
+                            jax.random.key(1))
+  return jax.device_get(parallel.unreplicate((new_state, metrics)))
+
+
+@pytest.fixture(scope="module")
+def one_device(setup):
+  return _run(setup, devices=1, accum=1)
+
+
+def _assert_same_state(a, b, rtol=1e-5, atol=1e-7):
+  for x, y in zip(jax.tree.leaves(a), jax.tree.leaves(b)):
+    np.testing.assert_allclose(np.asarray(x), np.asarray(y), rtol=rtol, atol=atol)
+
+
+def test_one_device_update_is_the_token_mean_gradient(setup, one_device):
+  cfg, optimizer, state, batch = setup
+  new_state, metrics = one_device
+
+  def mean_loss(params):
+    logits = model.Transformer(cfg).apply({"params": params}, batch["inputs"], batch["targets"])
+    sums = loss.compute_metrics(logits, jnp.asarray(batch["targets"]), cfg.label_smoothing)
+    return sums["loss"] / sums["tokens"], sums
+
+  (_, sums), grads = jax.jit(jax.value_and_grad(mean_loss, has_aux=True))(state.params)
+  tokens = float((batch["targets"] != 0).sum())
+  assert float(metrics["tokens"]) == tokens
+  np.testing.assert_allclose(metrics["loss"], sums["loss"] / tokens, rtol=1e-5)
+  np.testing.assert_allclose(metrics["nll"], sums["nll"] / tokens, rtol=1e-5)
+  np.testing.assert_allclose(metrics["grad_norm"],
+                             np.sqrt(sum(np.sum(np.square(g)) for g in jax.tree.leaves(grads))),
+                             rtol=1e-5)
+  np.testing.assert_allclose(metrics["learning_rate"],
+                             optim.learning_rate_schedule(cfg)(1), rtol=1e-6)
+  assert int(new_state.step) == 1
+  # Adam's first moment after one update is (1 - b1) * gradient: the normalisation shows.
+  mu = new_state.opt_state[0].mu
+  _assert_same_state(mu, jax.tree.map(lambda g: (1 - cfg.adam_b1) * g, grads), atol=1e-8)
+  updates, _ = jax.jit(optimizer.update)(grads, state.opt_state, state.params)
+  _assert_same_state(new_state.params, jax.tree.map(lambda p, u: p + u, state.params, updates))
+
+
+def test_eight_devices_equal_one_device(setup, one_device):
+  new_state, metrics = _run(setup, devices=8, accum=1)
+  _assert_same_state(new_state, one_device[0])
+  _assert_same_state(metrics, one_device[1])
+
+
+def test_accumulation_equals_one_big_batch(setup, one_device):
+  new_state, metrics = _run(setup, devices=1, accum=4)
+  _assert_same_state(new_state, one_device[0])
+  _assert_same_state(metrics, one_device[1])
+
+
+def test_eval_step_sums_over_devices(setup):
+  cfg, _, state, batch = setup
+  devs = jax.devices()
+  eval_step = parallel.pmap_eval_step(cfg, devs)
+  # [devices, chunks, rows, length]: exercises the chunked path as well.
+  split = {k: v.reshape(8, 2, 1, LENGTH) for k, v in batch.items()}
+  got = jax.device_get(parallel.unreplicate(
+      eval_step(parallel.replicate(state.params, devs), parallel.shard_batch(split, devs))))
+  logits = jax.jit(model.Transformer(cfg).apply)({"params": state.params}, batch["inputs"],
+                                                 batch["targets"])
+  expected = loss.compute_metrics(logits, jnp.asarray(batch["targets"]), cfg.label_smoothing)
+  for name in expected:
+    np.testing.assert_allclose(got[name], expected[name], rtol=1e-5)
+
+
+def test_bad_batch_rank_is_a_clear_error(setup):
+  cfg, optimizer, state, batch = setup
+  # [micro_batch, length] without the accumulation axis: refused before any collective.
+  with pytest.raises(ValueError, match="accum_steps, micro_batch, length"):
+    steps.train_step(state, batch, jax.random.key(0), cfg=cfg, optimizer=optimizer)

@@ -1,0 +1,124 @@
+"""train_and_evaluate on a small slice of the generated demo corpus, with a tiny model.
+
+The 8-device/1-device comparison runs in two subprocesses (a process cannot change
+its device count): the same 20 steps with dropout off must log the same training
+loss at every step, although one splits each batch over 8 devices and the other
+accumulates it over 4 micro-steps on 1 device, and is moreover killed (simulated)
+and resumed half-way.
+"""
+
+import json
+import os
+import pathlib
+import shutil
+import subprocess
+import sys
+
+import numpy as np
+import pytest
+
+from t2t_jax import checkpoint, configs, demo_corpus, train
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+
+# 1 layer, max length 12 (two length buckets), 512 tokens per update; one device
+# holds at most 128 tokens per micro-step, so 1 device accumulates 4 micro-steps.
+TINY = dict(vocab_size=200, num_layers=1, d_model=32, d_ff=64, num_heads=2, dropout_rate=0.0,
+            max_len=16, max_source_length=12, max_target_length=12, tokens_per_batch=512,
+            max_tokens_per_device=128, warmup_steps=100, log_every_steps=1,
+            eval_every_steps=1000, checkpoint_every_steps=1000, num_eval_batches=1)
+
+_SCRIPT = """
+import json, shutil, sys
+from t2t_jax import configs, train
+plan = json.loads(sys.argv[1])
+for i, run in enumerate(plan["runs"]):
+  summary = train.train_and_evaluate(configs.get_config("demo", **run), sys.argv[2])
+  if i == 0:
+    for step in plan.get("then_delete_checkpoints", []):
+      shutil.rmtree(f"{sys.argv[2]}/checkpoints/{step}")
+print("SUMMARY " + json.dumps(summary))
+"""
+
+
+@pytest.fixture(scope="module")
+def corpus(tmp_path_factory):
+  """A 2000-pair demo corpus, copied into each work directory (data/demo is where
+  data.prepare looks for it before generating the full one)."""
+  directory = tmp_path_factory.mktemp("corpus") / "demo"
+  demo_corpus.write_corpus(str(directory), num_train=2000, num_dev=64, num_test=16)
+  return directory
+
+
+def _workdir(tmp_path, corpus, name):
+  workdir = tmp_path / name
+  shutil.copytree(corpus, workdir / "data" / "demo")
+  return workdir
+
+
+def _metrics(workdir):
+  return [json.loads(line) for line in (workdir / train.METRICS_FILE).read_text().splitlines()]
+
+
+def _start(workdir, devices, plan):
+  env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+             JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+  return subprocess.Popen([sys.executable, "-c", _SCRIPT, json.dumps(plan), str(workdir)],
+                          env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                          text=True)
+
+
+def _summary(process):
+  out, err = process.communicate(timeout=600)
+  assert process.returncode == 0, err[-3000:]
+  line = [l for l in out.splitlines() if l.startswith("SUMMARY ")][-1]
+  return json.loads(line[len("SUMMARY "):])
+
+
+def test_eight_devices_log_the_same_losses_as_one_and_the_loss_falls(tmp_path, corpus):
+  runs = {n: _workdir(tmp_path, corpus, f"devices{n}") for n in (8, 1)}
+  whole = {**TINY, "num_train_steps": 20}
+  # The 1-device run stops at step 12 with checkpoints at 8 and 12; deleting 12
+  # leaves what a kill just before that save would: metrics.jsonl lines 9-12 that
+  # the resumed run (from step 8) must replace, not duplicate.
+  first = {**whole, "num_train_steps": 12, "checkpoint_every_steps": 8}
+  processes = {8: _start(runs[8], 8, {"runs": [whole]}),
+               1: _start(runs[1], 1, {"runs": [first, whole],
+                                      "then_delete_checkpoints": [12]})}
+  summaries = {n: _summary(p) for n, p in processes.items()}
+
+  assert summaries[8]["num_devices"] == 8 and summaries[8]["accum_steps"] == 1
+  assert summaries[1]["num_devices"] == 1 and summaries[1]["accum_steps"] == 4
+  eight, one = _metrics(runs[8]), _metrics(runs[1])
+  assert [r["step"] for r in eight] == [r["step"] for r in one] == list(range(1, 21))
+  np.testing.assert_allclose([r["train_loss"] for r in eight], [r["train_loss"] for r in one],
+                             rtol=1e-4)
+  np.testing.assert_allclose([r["learning_rate"] for r in eight],
+                             [r["learning_rate"] for r in one], rtol=1e-6)
+
+  losses = [r["train_loss"] for r in eight]
+  assert np.mean(losses[-3:]) < np.mean(losses[:3]) - 0.5, losses
+  summary = summaries[8]
+  assert summary["final_step"] == 20
+  assert summary["train_loss"] == pytest.approx(losses[-1])
+  assert np.isfinite(summary["dev_loss"]) and summary["dev_perplexity"] > 1
+  assert 0 <= summary["dev_accuracy"] <= 1 and summary["tokens_per_s"] > 0
+  last = eight[-1]
+  assert {"eval_loss", "eval_perplexity", "eval_accuracy", "tokens_per_s",
+          "padded_tokens_per_s", "step_time_s"} <= set(last)
+  assert last["padded_tokens_per_s"] >= last["tokens_per_s"]
+  assert (runs[8] / "tb").is_dir()
+
+
+def test_divergence_stops_naming_the_step_and_saves_no_bad_state(tmp_path, corpus):
+  workdir = _workdir(tmp_path, corpus, "diverge")
+  # A learning rate near 1e36: the first update is finite, the next forward overflows.
+  cfg = configs.get_config("demo", **{**TINY, "learning_rate_scale": 1e38,
+                                      "checkpoint_every_steps": 1, "num_train_steps": 6})
+  with pytest.raises(FloatingPointError, match=r"diverged at step \d+") as error:
+    train.train_and_evaluate(cfg, workdir)
+  bad_step = int(str(error.value).split("diverged at step ")[1].split(":")[0])
+  assert 1 < bad_step <= 6
+  saved = checkpoint.Checkpointer(workdir, cfg).all_steps()
+  assert max(saved, default=0) < bad_step, (saved, bad_step)
+  assert max(r["step"] for r in _metrics(workdir)) < bad_step

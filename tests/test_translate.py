@@ -1,0 +1,157 @@
+"""t2t-translate on a tiny random model in a temporary work directory: one line out per line in."""
+
+import dataclasses
+import io
+import json
+import sys
+
+import jax
+import numpy as np
+import pytest
+
+from t2t_jax import checkpoint
+from t2t_jax import configs
+from t2t_jax import decode
+from t2t_jax import demo_corpus
+from t2t_jax import evaluate
+from t2t_jax import model
+from t2t_jax import translate
+from t2t_jax import vocab
+
+LONG = " ".join(["the old man saw the small dog"] * 12)
+LINES = [
+    "the dog sleeps",
+    "",
+    "yesterday the old man saw the small dog 🐶🎉",
+    "\x00\x07 control \x1b[31m characters\r inside \x0b\u2028 a line",
+    "日本語のテキスト, עברית, Ελληνικά",
+    "   ",
+    LONG,
+    "a",
+    "the children opened the door of the house because it was cold",
+]
+
+
+@pytest.fixture(scope="module")
+def saved(tmp_path_factory):
+  """config.json, vocab/spm.model, two checkpoints and their average, as training leaves them."""
+  root = tmp_path_factory.mktemp("run")
+  pairs = demo_corpus.generate(300, seed=0, max_words=12)
+  tokenizer = vocab.build_or_load(96, str(root / "vocab"), lambda: pairs)
+  cfg = configs.get_config("demo", vocab_size=96, num_layers=1, d_model=16, d_ff=32,
+                           num_heads=2, max_len=64, max_decode_extra=4, beam_size=2,
+                           decode_batch_size=4)
+  assert tokenizer.vocab_size <= cfg.vocab_size
+  (root / "config.json").write_text(json.dumps(dataclasses.asdict(cfg)))
+  first = model.init_params(cfg, jax.random.key(0))
+  # A random model prefers the empty translation (its distributions are flat, or
+  # peaked on whatever token); peaked ones (logits x10 through the shared
+  # embedding) with EOS in the middle of the pack (logit 0) give real outputs.
+  embedding = 10.0 * np.asarray(first["embedding"]["embedding"])
+  embedding[vocab.EOS_ID] = 0.0
+  first["embedding"]["embedding"] = embedding
+  second = jax.tree.map(lambda x: 0.8 * x, first)
+  with checkpoint.Checkpointer(root, cfg, async_save=False) as ckpt:
+    for step, params in ((1, first), (2, second)):
+      ckpt.maybe_save(step, {"params": params}, force=True)
+  checkpoint.average_checkpoints(root, last=2)
+  return root, first, second
+
+
+@pytest.fixture(scope="module")
+def translator(saved):
+  return translate.Translator(saved[0])
+
+
+@pytest.fixture(scope="module")
+def workdir(saved):
+  return saved[0]
+
+
+def test_every_line_gets_one_translation_in_input_order(translator):
+  warnings = []
+  outputs = translator.translate(LINES, warn=warnings.append)
+  assert len(outputs) == len(LINES)
+  assert outputs[1] == "" and outputs[5] == ""
+  assert all("\n" not in out for out in outputs)
+  assert sum(bool(out) for out in outputs) >= 4
+  assert len(warnings) == 1 and "line 7 " in warnings[0]
+  order = np.random.default_rng(0).permutation(len(LINES))
+  shuffled = translator.translate([LINES[i] for i in order], warn=lambda _: None)
+  assert shuffled == [outputs[i] for i in order]
+
+
+def test_average_is_the_default_and_no_average_takes_the_latest(saved, translator):
+  workdir, first, second = saved
+  latest = translate.Translator(workdir, average=False).params
+  for got, a, b in zip(jax.tree.leaves(translator.params), jax.tree.leaves(first),
+                       jax.tree.leaves(second)):
+    np.testing.assert_allclose(got, (np.asarray(a) + np.asarray(b)) / 2, rtol=1e-6)
+  for got, b in zip(jax.tree.leaves(latest), jax.tree.leaves(second)):
+    np.testing.assert_array_equal(got, b)
+
+
+def test_command_line_stdin_to_stdout_and_files(workdir, translator, monkeypatch, capsysbinary,
+                                                tmp_path):
+  expected = translator.translate(LINES, warn=lambda _: None)
+  data = ("\r\n".join(LINES) + "\n").encode("utf-8") + b"\xff broken utf-8\n"
+  monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
+  translate.main(["--workdir", str(workdir)])
+  captured = capsysbinary.readouterr()
+  out = captured.out.decode("utf-8").split("\n")
+  assert out[-1] == "" and len(out) - 1 == len(LINES) + 1
+  assert out[:-2] == expected
+  assert b"line 7 " in captured.err
+
+  # The flags reach the search.
+  calls = []
+  search = decode._beam_decode  # pylint: disable=protected-access
+
+  def spy(params, inputs, max_lens, **settings):
+    calls.append((inputs.shape, settings))
+    return search(params, inputs, max_lens, **settings)
+
+  monkeypatch.setattr(decode, "_beam_decode", spy)
+  source, target = tmp_path / "in.txt", tmp_path / "out.txt"
+  # Short lines: both batches have the same shape, so one program is compiled.
+  source.write_text("the dog sleeps\n\na\nthe dog\n", encoding="utf-8")
+  translate.main(["--workdir", str(workdir), "--input", str(source), "--output", str(target),
+                  "--beam_size", "3", "--alpha", "0.2", "--max_decode_extra", "1",
+                  "--batch_size", "2", "--no-average"])
+  assert len(evaluate.read_lines(target)) == 4
+  assert len(calls) == 2  # three non-empty lines, two per batch
+  for shape, settings in calls:
+    assert shape[0] <= 2
+    assert (settings["beam_size"], settings["alpha"]) == (3, 0.2)
+    assert settings["max_len"] == shape[1] + 1
+
+
+def test_missing_workdir_or_model_says_to_train_first(workdir, tmp_path):
+  with pytest.raises(SystemExit, match="train a model there first"):
+    translate.main(["--workdir", str(tmp_path / "nowhere")])
+  empty = tmp_path / "untrained"
+  empty.mkdir()
+  (empty / "config.json").write_text((workdir / "config.json").read_text())
+  with pytest.raises(SystemExit, match="spm.model not found: train"):
+    translate.main(["--workdir", str(empty)])
+  (empty / "vocab").mkdir()
+  (empty / "vocab" / "spm.model").write_bytes((workdir / "vocab" / "spm.model").read_bytes())
+  with pytest.raises(SystemExit, match="no checkpoints"):
+    translate.main(["--workdir", str(empty)])
+  with pytest.raises(SystemExit, match="alpha=-1.0"):
+    translate.main(["--workdir", str(workdir), "--alpha", "-1"])
+
+
+def test_decode_and_score_writes_hypotheses_and_three_scores(translator, tmp_path):
+  # LINES again, so that the programs compiled above are reused.
+  sources, references = LINES, ["der Hund schläft", "", "gestern sah der alte Mann den Hund",
+                                "Steuerzeichen", "Text", "", "der alte Mann", "ein", "die Kinder"]
+  out = tmp_path / "test.hyp"
+  scores = evaluate.decode_and_score(translator.cfg, translator.params, translator.tokenizer,
+                                     sources, references, out)
+  assert {"sacrebleu", "sacrebleu_intl", "paper"} <= set(scores)
+  hyps = evaluate.read_lines(out)
+  assert hyps == translator.translate(sources, warn=lambda _: None)
+  assert scores["sacrebleu"]["score"] == pytest.approx(
+      evaluate.bleu_scores(hyps, references, "de")["sacrebleu"]["score"])
+  assert scores["decode"]["sentences"] == len(LINES)
