@@ -71,7 +71,8 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("--configs", default="demo,base")
   parser.add_argument("--sentences", type=int, default=8)
-  parser.add_argument("--source_len", type=int, default=20, help="source ids per sentence, EOS included")
+  parser.add_argument("--source_len", type=int, default=20,
+                      help="source ids per sentence, EOS included")
   parser.add_argument("--output_len", type=int, default=24)
   parser.add_argument("--beam_size", type=int, default=4)
   parser.add_argument("--repeats", type=int, default=3)

@@ -98,10 +98,10 @@ def run(cfg: configs.TransformerConfig, workdir: str | os.PathLike,
   """Converts the treebank, trains, decodes the test set; returns and writes the scores."""
   from t2t_jax import experiment  # pylint: disable=g-import-not-at-top
 
-  workdir = pathlib.Path(workdir)
-  data_dir = workdir / "treebank"
-  data_dir.mkdir(parents=True, exist_ok=True)
   trees = {split: load_split(files[split], split) for split in SPLITS}
+  workdir = pathlib.Path(workdir)
+  data_dir = (workdir / "treebank").absolute()  # the config records where the pairs are
+  data_dir.mkdir(parents=True, exist_ok=True)
   specs = {split: write_parallel(trees[split], data_dir / split) for split in SPLITS}
   cfg = cfg.replace(dataset="text", train_files=specs["train"], dev_files=specs["dev"],
                     test_files=specs["test"])

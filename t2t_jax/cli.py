@@ -77,6 +77,8 @@ def main(argv: list[str], script: str, language_pair: str) -> None:
   """Parses `--config=...`, `--config.<field>=...`, `--workdir=...` and runs."""
   logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
                       stream=sys.stderr)
+  # Orbax reports every save step at INFO through absl; keep its warnings only.
+  logging.getLogger("absl").setLevel(logging.WARNING)
   name = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), "demo")
   if name not in configs.PRESETS:
     raise SystemExit(f"unknown --config={name}; choose one of {', '.join(configs.PRESETS)}")

@@ -52,7 +52,7 @@ def length_penalty(length: Array, alpha: float) -> Array:
 def _batch_size(cache: Any) -> int:
   leaves = jax.tree.leaves(cache)
   if not leaves:
-    raise ValueError("the decoding cache has no arrays; the batch size is read from its leading dim")
+    raise ValueError("the decoding cache has no arrays; the batch size comes from their leading dim")
   return leaves[0].shape[0]
 
 

@@ -101,7 +101,8 @@ def decode_and_score(cfg, params: Any, tokenizer, sources: Sequence[str], refere
   max_decode_extra, batch_size; the config's by default). Returns
   `bleu_scores(...)` plus "decode": sentences, seconds and the hypothesis path.
   """
-  from t2t_jax import translate  # pylint: disable=import-outside-toplevel  (JAX, only when decoding)
+  # Imported here: the `bleu` command needs no JAX.
+  from t2t_jax import translate  # pylint: disable=import-outside-toplevel
 
   if len(sources) != len(references):
     raise ValueError(f"{len(sources)} source lines but {len(references)} reference lines")

@@ -11,9 +11,10 @@ their positions). `keep_pos=True` writes the real tags instead.
     -> (S (NP XX )NP (VP XX (NP XX XX )NP )VP XX )S
 
 `clean` applies the usual WSJ preprocessing before linearising: the root wrapper
-`( ... )`/`(TOP ...)` is removed, `-NONE-` empty elements (traces) and the
-constituents left empty by that are deleted, and function tags and indices are
-stripped (`NP-SBJ-1` -> `NP`, `PP=2` -> `PP`; `-LRB-` and friends are kept).
+`( ... )`/`(TOP ...)` is removed (named `TOP` if it holds several pieces),
+`-NONE-` empty elements (traces) and the constituents left empty by that are
+deleted, and function tags and indices are stripped (`NP-SBJ-1` -> `NP`,
+`PP=2` -> `PP`; `-LRB-` and friends are kept).
 
 `bracket_f1` scores labelled brackets like EVALB with its default parameter file
 (COLLINS.prm):
@@ -148,6 +149,8 @@ def clean(tree: Tree) -> Tree:
   while tree.label in _ROOT_LABELS and len(tree.children) == 1 \
       and isinstance(tree.children[0], Tree):
     tree = tree.children[0]
+  if tree.label in _ROOT_LABELS:  # a root over several pieces stays, named and not scored
+    tree = Tree("TOP", tree.children)
   cleaned = _clean(tree)
   if cleaned is None:
     raise ValueError(f"tree has no words once empty elements are removed: {to_string(tree)}")
@@ -287,7 +290,7 @@ def labelled_brackets(tree: Tree, deleted: Sequence[bool]) -> collections.Counte
       return start, kept_index
     spans = [visit(child) for child in node.children if isinstance(child, Tree)]
     start, end = spans[0][0], spans[-1][1]
-    if end > start:
+    if end > start and node.label not in _ROOT_LABELS:
       counts[(_EQUIVALENT_LABELS.get(node.label, node.label), start, end)] += 1
     return start, end
 

@@ -42,11 +42,19 @@ METRICS_FILE = "metrics.jsonl"
 
 
 def _truncate_metrics(path: pathlib.Path, last_step: int) -> None:
-  """Keeps the lines of steps <= last_step, so a resumed run has no duplicate steps."""
+  """Keeps the lines of steps <= last_step, so a resumed run has no duplicate steps.
+
+  A line cut short by a kill mid-write is dropped too.
+  """
   if not path.exists():
     return
-  kept = [line for line in path.read_text().splitlines()
-          if line.strip() and json.loads(line)["step"] <= last_step]
+  kept = []
+  for line in path.read_text().splitlines():
+    try:
+      if json.loads(line)["step"] <= last_step:
+        kept.append(line)
+    except (ValueError, KeyError, TypeError):
+      continue
   tmp = path.with_suffix(".jsonl.tmp")
   tmp.write_text("".join(line + "\n" for line in kept))
   os.replace(tmp, path)
@@ -67,11 +75,14 @@ class _Window:
     # Throughput counts only steps dispatched after `start` (see `start_timer`).
     self.start: Optional[float] = None
     self.timed_steps = 0
-    self.timed = {"target_tokens": 0.0, "source_tokens": 0.0, "padded_tokens": 0.0,
-                  "flops": 0.0}
+    self.timed: dict[str, float] = {}
 
   def start_timer(self) -> None:
+    """(Re)starts the throughput count; the loss sums are kept."""
     self.start = time.perf_counter()
+    self.timed_steps = 0
+    self.timed = {"target_tokens": 0.0, "source_tokens": 0.0, "padded_tokens": 0.0,
+                  "flops": 0.0}
 
   def add_host(self, counts: dict[str, float]) -> None:
     if self.start is not None:
@@ -271,7 +282,8 @@ class Trainer:
                           tok_s=f"{last_record.get('tokens_per_s', 0):.0f}")
         if save_due:
           self.save(step, data_state)
-        window = _Window()
+        if log_due:
+          window = _Window()
         window.start_timer()  # evals and saves stay out of the throughput
 
       if last_record is None:  # the run had already finished: evaluate for the summary

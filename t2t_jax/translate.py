@@ -62,7 +62,8 @@ def translate_lines(cfg: configs.TransformerConfig, params: Any, tokenizer: voca
   pieces (EOS needs the last position) are truncated, with `warn` naming the
   1-based line number.
   """
-  from t2t_jax import decode  # pylint: disable=import-outside-toplevel  (JAX, only when decoding)
+  # Imported here: loading a work directory's config and vocabulary needs no JAX.
+  from t2t_jax import decode  # pylint: disable=import-outside-toplevel
 
   limit = cfg.max_len - 1
   sources = []
@@ -79,9 +80,20 @@ def translate_lines(cfg: configs.TransformerConfig, params: Any, tokenizer: voca
                               beam_size=beam_size, alpha=alpha, max_decode_extra=max_decode_extra)
   translations = [""] * len(lines)
   for i, ids in zip(todo, outputs):
-    # A piece could hold a line break if the training text had one; keep one line per input.
-    translations[i] = tokenizer.decode(ids).replace("\r", " ").replace("\n", " ")
+    translations[i] = ids_to_text(tokenizer, ids)
   return translations
+
+
+def ids_to_text(tokenizer: vocab.Tokenizer, ids: Sequence[int]) -> str:
+  """Detokenised text on one line.
+
+  The model may have more ids than the SentencePiece model has pieces (a small
+  corpus can give fewer than vocab_size); an undertrained model may emit those,
+  and they read as unknown. A piece could hold a line break if the training text
+  had one; it becomes a space, so that each input line gets one output line.
+  """
+  known = [i if i < tokenizer.vocab_size else vocab.UNK_ID for i in ids]
+  return tokenizer.decode(known).replace("\r", " ").replace("\n", " ")
 
 
 class Translator:
@@ -130,7 +142,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   parser.add_argument("--input", help="source sentences, one per line (default: stdin)")
   parser.add_argument("--output", help="where to write translations (default: stdout)")
   parser.add_argument("--beam_size", type=int, help="default: the config's (4)")
-  parser.add_argument("--alpha", type=float, help="length penalty exponent; default: the config's (0.6)")
+  parser.add_argument("--alpha", type=float,
+                      help="length penalty exponent; default: the config's (0.6)")
   parser.add_argument("--max_decode_extra", type=int,
                       help="max output length = input length + this; default: the config's (50)")
   parser.add_argument("--batch_size", type=int, help="sentences per batch; default: the config's")

@@ -23,8 +23,11 @@ import numpy as np
 from matplotlib import colormaps
 from matplotlib.figure import Figure
 
-# The three kinds of attention, as keys of `attention_maps`'s result.
-KINDS = ("encoder_self", "decoder_self", "encoder_decoder")
+# The three kinds of attention `attention_maps` returns, and where model.py sows each
+# (per layer: intermediates[stack]["layers_<i>"][module]["attention_weights"]).
+SOWN_AT = {"encoder_self": ("encoder", "self_attention"),
+           "decoder_self": ("decoder", "self_attention"),
+           "encoder_decoder": ("decoder", "cross_attention")}
 
 
 # --- Attention weights from the model ----------------------------------------------------
@@ -49,9 +52,10 @@ def attention_maps(cfg: Any, params: Any, source_ids: Sequence[int],
     Decoder row t is the step that outputs target token t (its input is
     token t-1: the decoder sees the target shifted right).
   """
-  import jax  # pylint: disable=g-import-not-at-top
-  import jax.numpy as jnp  # pylint: disable=g-import-not-at-top
-  from t2t_jax import model  # pylint: disable=g-import-not-at-top
+  # JAX only here: the plotting functions need nothing but NumPy and matplotlib.
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from t2t_jax import model  # pylint: disable=import-outside-toplevel
 
   source = np.asarray(source_ids, dtype=np.int32)
   target = np.asarray(target_ids, dtype=np.int32)
@@ -63,14 +67,12 @@ def attention_maps(cfg: Any, params: Any, source_ids: Sequence[int],
       {"params": p}, s, t, train=False, mutable=["intermediates"])[1]["intermediates"])
   sown = forward(params, jnp.asarray(source[None]), jnp.asarray(target[None]))
 
-  def stack(stack_name: str, attention_name: str) -> np.ndarray:
-    per_layer = [sown[stack_name][f"layers_{i}"][attention_name]["attention_weights"][0][0]
+  def stack(stack_name: str, module: str) -> np.ndarray:
+    per_layer = [sown[stack_name][f"layers_{i}"][module]["attention_weights"][0][0]
                  for i in range(cfg.num_layers)]                       # [heads, q, k] each
     return np.stack([np.asarray(w, dtype=np.float32) for w in per_layer])
 
-  return {"encoder_self": stack("encoder", "self_attention"),
-          "decoder_self": stack("decoder", "self_attention"),
-          "encoder_decoder": stack("decoder", "cross_attention")}
+  return {kind: stack(*where) for kind, where in SOWN_AT.items()}
 
 
 # --- Plots ---------------------------------------------------------------------------

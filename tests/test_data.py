@@ -52,6 +52,12 @@ def _rows(batch):
   return [(tuple(s[s != 0]), tuple(t[t != 0])) for s, t in zip(src[keep], tgt[keep])]
 
 
+def _pairs(split):
+  return [(tuple(split.src_ids[split.src_offsets[i]:split.src_offsets[i + 1]]),
+           tuple(split.tgt_ids[split.tgt_offsets[i]:split.tgt_offsets[i + 1]]))
+          for i in range(len(split))]
+
+
 def test_reading_errors(tmp_path):
   a = _write(tmp_path / "a.txt", ["one", "two", "three"])
   b = _write(tmp_path / "b.txt", ["eins", "zwei"])
@@ -97,13 +103,17 @@ def test_buckets_budget_and_shapes(ds):
     assert len(ix) * ds.buckets[b] <= 480
   it = ds.train_iterator(8, 1, prefetch=0)
   shapes = set()
+  seen = []
   for _ in range(len(plan)):
     batch = next(it)
+    seen += _rows(batch)
     assert batch["inputs"].dtype == np.int32 and batch["inputs"].shape == batch["targets"].shape
     assert batch["inputs"].shape[:2] == (8, 1)
     shapes.add(batch["inputs"].shape)
   assert shapes == set(it.batch_shapes.values()) and len(shapes) <= len(ds.buckets)
   assert it.get_state() == {"epoch": 1, "index": 0}
+  # One epoch holds every training pair exactly once, source still next to its target.
+  assert sorted(seen) == sorted(_pairs(ds.train))
 
 
 def test_accum_steps():
@@ -159,12 +169,7 @@ def test_dev_batches_cover_every_pair_once(ds):
     assert batch["inputs"].shape[0] == 8 and batch["inputs"].ndim == 3
     shapes.add(batch["inputs"].shape)
     seen += _rows(batch)
-  expected = []
-  for i in range(len(ds.dev)):
-    s = ds.dev.src_ids[ds.dev.src_offsets[i]:ds.dev.src_offsets[i + 1]]
-    t = ds.dev.tgt_ids[ds.dev.tgt_offsets[i]:ds.dev.tgt_offsets[i + 1]]
-    expected.append((tuple(s), tuple(t)))
-  assert sorted(seen) == sorted(expected)
+  assert sorted(seen) == sorted(_pairs(ds.dev))
   assert len(shapes) == len({shape[-1] for shape in shapes})  # one shape per bucket
 
 

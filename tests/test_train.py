@@ -17,14 +17,15 @@ import sys
 import numpy as np
 import pytest
 
-from t2t_jax import checkpoint, configs, demo_corpus, train
+from t2t_jax import checkpoint, configs, data, demo_corpus, train
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
-# 1 layer, max length 12 (two length buckets), 512 tokens per update; one device
-# holds at most 128 tokens per micro-step, so 1 device accumulates 4 micro-steps.
-TINY = dict(vocab_size=200, num_layers=1, d_model=32, d_ff=64, num_heads=2, dropout_rate=0.0,
-            max_len=16, max_source_length=12, max_target_length=12, tokens_per_batch=512,
+# 1 layer; pairs of at most 8 tokens (about 550 of the 10000: one batch shape, so
+# one compilation); 512 tokens per update, at most 128 per device and micro-step,
+# so one device accumulates 4 micro-steps where 8 devices need 1.
+TINY = dict(vocab_size=1000, num_layers=1, d_model=32, d_ff=64, num_heads=2, dropout_rate=0.0,
+            max_len=16, max_source_length=8, max_target_length=8, tokens_per_batch=512,
             max_tokens_per_device=128, warmup_steps=100, log_every_steps=1,
             eval_every_steps=1000, checkpoint_every_steps=1000, num_eval_batches=1)
 
@@ -43,16 +44,22 @@ print("SUMMARY " + json.dumps(summary))
 
 @pytest.fixture(scope="module")
 def corpus(tmp_path_factory):
-  """A 2000-pair demo corpus, copied into each work directory (data/demo is where
-  data.prepare looks for it before generating the full one)."""
-  directory = tmp_path_factory.mktemp("corpus") / "demo"
-  demo_corpus.write_corpus(str(directory), num_train=2000, num_dev=64, num_test=16)
-  return directory
+  """A work directory holding a 10000-pair demo corpus and its vocabulary.
+
+  Each test copies `data/demo` (where data.prepare looks before generating the
+  full corpus) and `vocab` (so SentencePiece is trained once) into its own.
+  """
+  workdir = tmp_path_factory.mktemp("corpus")
+  demo_corpus.write_corpus(str(workdir / "data" / "demo"), num_train=10000, num_dev=64,
+                           num_test=16)
+  data.prepare(configs.get_config("demo", **TINY), str(workdir))
+  return workdir
 
 
 def _workdir(tmp_path, corpus, name):
   workdir = tmp_path / name
-  shutil.copytree(corpus, workdir / "data" / "demo")
+  shutil.copytree(corpus / "data" / "demo", workdir / "data" / "demo")
+  shutil.copytree(corpus / "vocab", workdir / "vocab")
   return workdir
 
 
@@ -61,8 +68,10 @@ def _metrics(workdir):
 
 
 def _start(workdir, devices, plan):
+  # The persistent compilation cache spares the resumed run a second compilation.
   env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
-             JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO))
+             JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO),
+             JAX_COMPILATION_CACHE_DIR=str(workdir.parent / "jax_cache"))
   return subprocess.Popen([sys.executable, "-c", _SCRIPT, json.dumps(plan), str(workdir)],
                           env=env, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                           text=True)
@@ -122,3 +131,13 @@ def test_divergence_stops_naming_the_step_and_saves_no_bad_state(tmp_path, corpu
   saved = checkpoint.Checkpointer(workdir, cfg).all_steps()
   assert max(saved, default=0) < bad_step, (saved, bad_step)
   assert max(r["step"] for r in _metrics(workdir)) < bad_step
+
+
+def test_resume_truncates_metrics_after_the_checkpoint(tmp_path):
+  path = tmp_path / train.METRICS_FILE
+  lines = [json.dumps({"step": s, "train_loss": 1.0 / s}) for s in (1, 2, 3, 4)]
+  path.write_text("\n".join(lines) + '\n{"step": 5, "train_lo')  # killed mid-write
+  train._truncate_metrics(path, 2)
+  assert [r["step"] for r in _metrics(tmp_path)] == [1, 2]
+  train._truncate_metrics(path, 0)  # a fresh start keeps nothing
+  assert path.read_text() == ""

@@ -155,3 +155,12 @@ def test_decode_and_score_writes_hypotheses_and_three_scores(translator, tmp_pat
   assert scores["sacrebleu"]["score"] == pytest.approx(
       evaluate.bleu_scores(hyps, references, "de")["sacrebleu"]["score"])
   assert scores["decode"]["sentences"] == len(LINES)
+
+
+def test_ids_beyond_the_sentencepiece_model_read_as_unknown(translator):
+  tokenizer = translator.tokenizer
+  ids = tokenizer.encode("the dog")[:-1]
+  assert translate.ids_to_text(tokenizer, ids) == "the dog"
+  text = translate.ids_to_text(tokenizer, ids + [tokenizer.vocab_size, tokenizer.vocab_size + 7])
+  assert text == tokenizer.decode(ids + [vocab.UNK_ID, vocab.UNK_ID])
+

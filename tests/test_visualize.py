@@ -123,3 +123,13 @@ def test_attention_maps_are_the_models_own_probabilities():
   np.testing.assert_allclose(maps["encoder_self"][0], expected, atol=1e-5)
   with pytest.raises(ValueError, match="without padding"):
     visualize.attention_maps(cfg, params, [5, 1, 0], target)
+
+
+def test_token_labels_name_eos_and_padding():
+  class Pieces:
+    def id_to_piece(self, i):
+      return f"\u2581w{i}"
+
+  assert visualize.token_labels(Pieces(), [5, 7, 1]) == ["\u2581w5", "\u2581w7", "</s>"]
+  wrapped = type("Tokenizer", (), {"sp": Pieces()})()
+  assert visualize.token_labels(wrapped, np.array([3, 1, 0])) == ["\u2581w3", "</s>", "<pad>"]

@@ -1,0 +1,80 @@
+"""FLOP counts against the matmuls JAX actually traces; the peak table; MFU."""
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t2t_jax import configs, flops, loss, model
+
+
+def _dot_flops(jaxpr) -> int:
+  """2 x multiply-adds of every dot_general in a jaxpr, nested jaxprs included."""
+  total = 0
+  for eqn in jaxpr.eqns:
+    if eqn.primitive.name == "dot_general":
+      (lhs_contract, _), _ = eqn.params["dimension_numbers"]
+      lhs = eqn.invars[0].aval.shape
+      total += 2 * int(np.prod(eqn.outvars[0].aval.shape)) * int(
+          np.prod([lhs[i] for i in lhs_contract]))
+    for value in eqn.params.values():
+      for sub in value if isinstance(value, (list, tuple)) else [value]:
+        if hasattr(sub, "eqns"):
+          total += _dot_flops(sub)
+        elif hasattr(getattr(sub, "jaxpr", None), "eqns"):
+          total += _dot_flops(sub.jaxpr)
+  return total
+
+
+def test_forward_and_training_flops_count_every_traced_matmul():
+  # d_k != d_v and S != T so that no term can stand in for another.
+  cfg = configs.get_config("demo", vocab_size=50, num_layers=2, d_model=16, d_ff=24,
+                           num_heads=2, d_k=4, d_v=6, max_len=32)
+  params = jax.eval_shape(lambda k: model.init_params(cfg, k), jax.random.key(0))
+  source, target = jnp.ones((1, 7), jnp.int32), jnp.ones((1, 5), jnp.int32)
+
+  def forward(p):
+    return model.Transformer(cfg).apply({"params": p}, source, target)
+
+  def train_loss(p):
+    return loss.compute_metrics(forward(p), target, cfg.label_smoothing)["loss"]
+
+  assert _dot_flops(jax.make_jaxpr(forward)(params).jaxpr) == flops.forward_flops(cfg, 7, 5)
+  assert _dot_flops(jax.make_jaxpr(jax.grad(train_loss))(params).jaxpr) == \
+      flops.train_flops(cfg, 7, 5)
+  assert flops.train_flops_per_token(cfg, 7, 5) == pytest.approx(flops.train_flops(cfg, 7, 5) / 5)
+
+
+def test_batch_flops_use_real_lengths_only():
+  cfg = configs.get_config("demo")
+  inputs = np.zeros((2, 3, 10), np.int32)
+  targets = np.zeros((2, 3, 10), np.int32)
+  inputs[0, 0, :4], targets[0, 0, :6] = 5, 5
+  inputs[1, 2, :9], targets[1, 2, :2] = 5, 5     # the other rows are fillers
+  expected = flops.train_flops(cfg, 4, 6) + flops.train_flops(cfg, 9, 2)
+  assert flops.batch_train_flops(cfg, inputs, targets) == pytest.approx(expected)
+
+
+def test_peak_flops_table_and_override():
+  assert flops.peak_flops("Tesla P100-SXM2-16GB", "float32") == 9.5e12  # the paper's figure
+  assert flops.peak_flops("NVIDIA H100 80GB HBM3", "bfloat16") == 989e12
+  assert flops.peak_flops("NVIDIA H100 PCIe", "bfloat16") == 756e12
+  assert flops.peak_flops("TPU v5 lite", "bfloat16") == 197e12
+  assert flops.peak_flops("TPU v5", "bfloat16") == 459e12
+  assert flops.peak_flops("cpu", "float32") is None
+  assert flops.peak_flops("cpu", "float32", override=2.0) == 2e12
+  with pytest.raises(ValueError, match="float16"):
+    flops.peak_flops("TPU v4", "float16")
+  with pytest.raises(ValueError, match="peak_tflops"):
+    flops.peak_flops("TPU v4", "float32", override=0.0)
+
+
+def test_mfu_and_the_papers_training_cost():
+  assert flops.mfu(4e12, 2.0, 4, 1e12) == pytest.approx(0.5)
+  assert flops.mfu(4e12, 2.0, 4, None) is None
+  # Table 2's base cost is 12 h x 8 GPUs x 9.5 TFLOPS; our model FLOPs for 100k
+  # updates of 25000 target tokens must be below it (MFU < 1) and of its order.
+  cfg = configs.get_config("base")
+  model_flops = flops.train_flops_per_token(cfg, 25, 25) * 25000 * cfg.num_train_steps
+  paper_cost = 12 * 3600 * 8 * flops.peak_flops("Tesla P100-PCIE-16GB", "float32")
+  assert 0.1 < model_flops / paper_cost < 1.0
