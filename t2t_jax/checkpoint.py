@@ -340,6 +340,14 @@ def _load_averaged(directory: pathlib.Path, with_params: bool = True
   return params, step, info
 
 
+def averaged_steps(workdir: str | os.PathLike) -> list[int]:
+  """The checkpoint steps behind `workdir/averaged` ([] when nothing was averaged)."""
+  directory = pathlib.Path(workdir).absolute() / AVERAGED_DIR
+  if not _steps(directory):
+    return []
+  return list(_load_averaged(directory, with_params=False)[2]["averaged_steps"])
+
+
 def load_params(workdir: str | os.PathLike, averaged: bool = True) -> PyTree:
   """Host params: the averaged ones if `averaged` and present, else the latest checkpoint's.
 

@@ -17,13 +17,6 @@ _LANGUAGE_DEFAULTS = {
 # The paper's figures each preset is expected to reproduce (PAPER.md, Tables 2 and 3).
 _PAPER_TEST_BLEU = {("base", "de"): 27.3, ("big", "de"): 28.4,
                     ("base", "fr"): 38.1, ("big", "fr"): 41.8}
-_PAPER_DEV = {  # newstest2013: (PPL, BLEU), beam search, no checkpoint averaging
-    "base": (4.92, 25.8), "A1": (5.29, 24.9), "A2": (5.00, 25.5), "A3": (4.91, 25.8),
-    "A4": (5.01, 25.4), "B1": (5.16, 25.1), "B2": (5.01, 25.4), "C1": (6.11, 23.7),
-    "C2": (5.19, 25.3), "C3": (4.88, 25.5), "C4": (5.75, 24.5), "C5": (4.66, 26.0),
-    "C6": (5.12, 25.4), "C7": (4.75, 26.2), "D1": (5.77, 24.6), "D2": (4.95, 25.5),
-    "D3": (4.67, 25.3), "D4": (5.47, 25.7), "E": (4.92, 25.7), "big": (4.33, 26.4),
-}
 
 
 def preset_defaults(name: str, language_pair: str) -> dict:
@@ -66,8 +59,8 @@ def describe(name: str, script: str, language_pair: str) -> str:
     if (name, language_pair) in _PAPER_TEST_BLEU:
       lines.append(f"expected: newstest2014 BLEU {_PAPER_TEST_BLEU[name, language_pair]} "
                    f"(paper, tokenised; averaged last {cfg.average_last} checkpoints)")
-    if language_pair == "de" and name in _PAPER_DEV:
-      ppl, bleu = _PAPER_DEV[name]
+    if language_pair == "de" and name in configs.PAPER_DEV:
+      ppl, bleu = configs.PAPER_DEV[name]
       lines.append(f"expected: newstest2013 dev PPL {ppl}, BLEU {bleu} "
                    "(Table 3: beam search, no checkpoint averaging)")
   return "\n".join(lines)
@@ -113,5 +106,6 @@ def main(argv: list[str], script: str, language_pair: str) -> None:
   from t2t_jax import experiment  # pylint: disable=g-import-not-at-top
   results = experiment.run(cfg, workdir)
   import json  # pylint: disable=g-import-not-at-top
-  print(json.dumps(results["bleu"], indent=2))
+  print(json.dumps({k: results[k] for k in ("bleu", "dev_perplexity", "steps", "wall_time_s")},
+                   indent=2))
   print(f"results written to {os.path.join(workdir, 'results.json')}")
