@@ -83,14 +83,21 @@ def run(cfg: configs.TransformerConfig, workdir: str | os.PathLike) -> dict[str,
       cfg, params, ds.tokenizer, ds.test_sources(), ds.test_references(),
       workdir / "test.hyp")
 
+  names = ("sacrebleu", "sacrebleu_intl", "paper")
   results = {
-      "config": cfg.__class__.__name__,
       "dataset": cfg.dataset,
-      "bleu": scores,
-      "train": summary,
+      "bleu": {name: scores[name]["score"] for name in names},
+      "bleu_signatures": {name: scores[name]["signature"] for name in names},
+      "dev_perplexity": summary["dev_perplexity"],
+      "dev_accuracy": summary["dev_accuracy"],
+      "steps": summary["final_step"],
+      "averaged_steps": checkpoint.averaged_steps(workdir),
+      "train_tokens_per_s": summary["tokens_per_s"],
+      "train_wall_time_s": round(summary["wall_time_s"], 1),
+      "decode_seconds": scores["decode"]["seconds"],
+      "wall_time_s": round(time.time() - start, 1),
       "device_kind": jax.devices()[0].device_kind,
       "num_devices": jax.device_count(),
-      "wall_time_s": round(time.time() - start, 1),
   }
   write_json_atomic(workdir / "results.json", results)
   return results

@@ -1,0 +1,64 @@
+"""The experiment script end to end: train, average, decode, score, resume, refuse."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+from t2t_jax import demo_corpus
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+SCRIPT = ROOT / "experiments" / "wmt14_ende.py"
+TINY = ["--config.num_layers=1", "--config.d_model=32", "--config.d_ff=64",
+        "--config.num_heads=2", "--config.vocab_size=200", "--config.tokens_per_batch=512",
+        "--config.max_tokens_per_device=512", "--config.eval_every_steps=3",
+        "--config.checkpoint_every_steps=1", "--config.max_decode_extra=4"]
+
+
+def _run(*args):
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  env.pop("PYTEST_CURRENT_TEST", None)
+  return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
+                        env=env, cwd=ROOT, timeout=600, check=False)
+
+
+def test_demo_run_writes_results_then_resumes_and_refuses_a_changed_model(tmp_path):
+  # A small demo corpus in place, so the run does not generate the full one.
+  demo_corpus.write_corpus(str(tmp_path / "data" / "demo"), num_train=600, num_dev=8,
+                           num_test=12)
+  first = _run("--config=demo", f"--workdir={tmp_path}", "--config.num_train_steps=3", *TINY)
+  assert first.returncode == 0, first.stderr[-3000:]
+  results = json.loads((tmp_path / "results.json").read_text())
+  assert set(results["bleu"]) == {"sacrebleu", "sacrebleu_intl", "paper"}
+  assert all(0.0 <= v <= 100.0 for v in results["bleu"].values())
+  assert results["steps"] == 3 and results["num_devices"] == 2
+  assert results["averaged_steps"] == [1, 2, 3]  # the demo preset averages the last 3
+  assert results["dev_perplexity"] > 1.0
+  hyps = (tmp_path / "test.hyp").read_text().split("\n")[:-1]
+  assert len(hyps) == 12
+  assert '"sacrebleu"' in first.stdout
+
+  # The same command with more steps continues from step 3, not from scratch.
+  second = _run("--config=demo", f"--workdir={tmp_path}", "--config.num_train_steps=5", *TINY)
+  assert second.returncode == 0, second.stderr[-3000:]
+  assert "Resumed from step 3" in second.stderr
+  steps = [json.loads(line)["step"] for line in
+           (tmp_path / "metrics.jsonl").read_text().splitlines()]
+  assert steps == sorted(set(steps)) and steps[-1] == 5
+  assert json.loads((tmp_path / "results.json").read_text())["steps"] == 5
+
+  # A different model in the same work directory is refused with a one-line reason.
+  third = _run("--config=demo", f"--workdir={tmp_path}", *TINY[:-1], "--config.d_model=64")
+  assert third.returncode != 0
+  assert "different config (d_model: 32 -> 64)" in third.stderr
+
+
+def test_describe_and_bad_flags():
+  base = _run("--config=base", "--describe")
+  assert base.returncode == 0 and "newstest2014 BLEU 27.3" in base.stdout
+  assert "8 NVIDIA P100" in base.stdout
+  bad = _run("--config=nonsense")
+  assert bad.returncode != 0 and "unknown --config=nonsense" in bad.stderr
+  bad_field = _run("--config=demo", "--config.no_such_field=1")
+  assert bad_field.returncode != 0 and "unknown config field 'no_such_field'" in bad_field.stderr
