@@ -275,6 +275,18 @@ def _steps(directory: pathlib.Path) -> list[int]:
     return sorted(manager.all_steps())
 
 
+def _newest_loadable(manager, directory: pathlib.Path, steps: Sequence[int]):
+  """Yields (step, params) newest first, warning about and skipping those that fail to load."""
+  for step in reversed(steps):
+    try:
+      params = _restore_params(manager, step)
+    except Exception as e:  # pylint: disable=broad-except
+      warnings.warn(f"skipping checkpoint step {step} at {directory / str(step)} "
+                    f"({_describe(e)})", CheckpointWarning, stacklevel=3)
+      continue
+    yield step, params
+
+
 def average_checkpoints(workdir: str | os.PathLike, last: int = 5) -> PyTree:
   """The float32 mean of the params of the last `last` checkpoints; also written to `averaged/`.
 
@@ -291,19 +303,13 @@ def average_checkpoints(workdir: str | os.PathLike, last: int = 5) -> PyTree:
     raise FileNotFoundError(f"no checkpoints in {directory}: train into {workdir} first")
   total, used = None, []
   with _read_manager(directory) as manager:
-    for step in reversed(steps):
-      if len(used) == last:
-        break
-      try:
-        params = _restore_params(manager, step)
-      except Exception as e:  # pylint: disable=broad-except
-        warnings.warn(f"skipping checkpoint step {step} at {directory / str(step)} "
-                      f"({_describe(e)})", CheckpointWarning, stacklevel=2)
-        continue
+    for step, params in _newest_loadable(manager, directory, steps):
       # Sums in float64 so that the mean of N float32 values is rounded once.
       params = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
       total = params if total is None else jax.tree.map(np.add, total, params)
       used.append(step)
+      if len(used) == last:
+        break
   if not used:
     raise FileNotFoundError(f"none of the checkpoints {steps} in {directory} could be loaded")
   if len(used) < last:
@@ -374,13 +380,7 @@ def load_params(workdir: str | os.PathLike, averaged: bool = True) -> PyTree:
   if not checkpoint_steps:
     raise FileNotFoundError(f"no checkpoints in {directory}: train into {workdir} first")
   with _read_manager(directory) as manager:
-    for step in reversed(checkpoint_steps):
-      try:
-        params = _restore_params(manager, step)
-      except Exception as e:  # pylint: disable=broad-except
-        warnings.warn(f"skipping checkpoint step {step} at {directory / str(step)} "
-                      f"({_describe(e)})", CheckpointWarning, stacklevel=2)
-        continue
+    for step, params in _newest_loadable(manager, directory, checkpoint_steps):
       print(f"Loaded the params of step {step} from {directory / str(step)}"
             f"{' (no averaged checkpoint)' if averaged else ''}", file=sys.stderr)
       return params
