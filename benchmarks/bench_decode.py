@@ -29,6 +29,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from t2t_jax import configs, decode, model  # noqa: E402
+from t2t_jax.ids import EOS_ID  # noqa: E402
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "beam_size", "output_len", "cached"))
@@ -91,7 +92,7 @@ def main() -> None:
     params = jax.jit(functools.partial(model.init_params, cfg))(jax.random.key(0))
     rng = np.random.default_rng(0)
     inputs = rng.integers(3, cfg.vocab_size, size=(args.sentences, args.source_len))
-    inputs[:, -1] = decode.EOS_ID
+    inputs[:, -1] = EOS_ID
     inputs = jnp.asarray(inputs, jnp.int32)
     results = {}
     for cached in (True, False) if args.uncached else (True,):

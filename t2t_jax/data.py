@@ -28,11 +28,11 @@ from typing import Callable, Iterator, Optional, Sequence
 import numpy as np
 
 from t2t_jax import demo_corpus
+from t2t_jax.buckets import BUCKET_LENGTHS, bucket_lengths
 from t2t_jax import vocab as vocab_lib
 
 log = logging.getLogger(__name__)
 
-BUCKET_LENGTHS = (8, 12, 16, 24, 32, 48, 64, 96, 128, 192, 256, 384, 512, 768, 1024)
 _CACHE_VERSION = 1
 Pairs = list[tuple[str, str]]
 
@@ -216,12 +216,6 @@ def _load_cache(path: str) -> tuple[dict[str, TokenizedSplit], dict]:
 
 
 # --- Bucketing and the batch plan ------------------------------------------------
-
-def bucket_lengths(max_length: int) -> list[int]:
-  """The fixed bucket lengths up to `max_length` (which is always the last one)."""
-  buckets = [b for b in BUCKET_LENGTHS if b < max_length]
-  return buckets + [max_length]
-
 
 def assign_buckets(src_lengths: np.ndarray, tgt_lengths: np.ndarray,
                    buckets: Sequence[int]) -> np.ndarray:

@@ -33,12 +33,12 @@ import numpy as np
 
 from t2t_jax import configs
 from t2t_jax import model
+from t2t_jax.buckets import bucket_length
+from t2t_jax.ids import EOS_ID, PAD_ID
 
 Array = jax.Array
 StepFn = Callable[[Any, Array, Array], tuple[Array, Any]]
 
-PAD_ID = 0
-EOS_ID = 1
 # Log-probability of impossible hypotheses: finite, so sums and divisions of it
 # never make NaN, and far below any real log-probability of a float32 softmax.
 NEG_INF = -1.0e9
@@ -302,14 +302,6 @@ def translate_batch(cfg: configs.TransformerConfig, params: Any, inputs: Array, 
       cached=cached)
 
 
-def _bucket(n: int, minimum: int = 8) -> int:
-  """Smallest of 8, 12, 16, 24, 32, 48, ... that is >= n: few distinct shapes to compile."""
-  size = minimum
-  while size < n:
-    size = size * 3 // 2 if size & (size - 1) == 0 else size * 4 // 3
-  return size
-
-
 def strip_eos(tokens: Sequence[int]) -> list[int]:
   """The ids before the first EOS (or padding)."""
   out = []
@@ -339,7 +331,7 @@ def decode_ids(cfg: configs.TransformerConfig, params: Any, sources: Sequence[Se
   results: list[list[int]] = [[] for _ in sources]
   for start in range(0, len(order), batch_size):
     chunk = order[start:start + batch_size]
-    width = min(_bucket(max(len(sources[i]) for i in chunk) + 1), cfg.max_len)
+    width = min(bucket_length(max(len(sources[i]) for i in chunk) + 1), cfg.max_len)
     rows = min(batch_size, 1 << (len(chunk) - 1).bit_length())
     inputs = np.zeros((rows, width), np.int32)
     for row, i in enumerate(chunk):

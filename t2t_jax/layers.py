@@ -20,6 +20,8 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from t2t_jax.ids import PAD_ID
+
 Array = jax.Array
 
 # exp(-1e9 - max) underflows to exactly 0 in float32, and -1e9 + -1e9 is still
@@ -40,7 +42,7 @@ def padding_mask(q_ids: Array, kv_ids: Array) -> Array:
   """[batch, 1, q_length, kv_length] bool: both the query and the key are real tokens (id != 0)."""
   if q_ids.ndim != 2 or kv_ids.ndim != 2:
     raise ValueError(f"padding_mask expects [batch, length] ids, got {q_ids.shape} and {kv_ids.shape}")
-  return ((q_ids != 0)[:, :, None] & (kv_ids != 0)[:, None, :])[:, None]
+  return ((q_ids != PAD_ID)[:, :, None] & (kv_ids != PAD_ID)[:, None, :])[:, None]
 
 
 def local_mask(length: int, window: int) -> Array:

@@ -18,6 +18,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t2t_jax.ids import PAD_ID
+
+# The sums every metric is computed from (over real target tokens); one home for the names.
+METRIC_SUMS = ("loss", "nll", "correct", "tokens")
+
 
 def smoothed_cross_entropy(logits: jnp.ndarray, targets: jnp.ndarray,
                            label_smoothing: float) -> tuple[jnp.ndarray, jnp.ndarray]:
@@ -57,7 +62,7 @@ def compute_metrics(logits: jnp.ndarray, targets: jnp.ndarray,
   equals the gold token) and `tokens` (the number of real target tokens).
   """
   loss, nll = smoothed_cross_entropy(logits, targets, label_smoothing)
-  weights = (targets != 0).astype(jnp.float32)  # [batch, length]
+  weights = (targets != PAD_ID).astype(jnp.float32)  # [batch, length]
   correct = (jnp.argmax(logits, axis=-1) == targets).astype(jnp.float32)
   return {
       "loss": jnp.sum(loss * weights),

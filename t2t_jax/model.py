@@ -26,6 +26,7 @@ from jax import lax
 
 from t2t_jax import layers
 from t2t_jax.configs import TransformerConfig
+from t2t_jax.ids import PAD_ID
 
 Array = jax.Array
 Cache = dict[str, Any]
@@ -280,7 +281,7 @@ class Transformer(nn.Module):
     if self.config.attention_window is not None:
       allowed = allowed & (position - keys <= self.config.attention_window)
     self_bias = layers.mask_to_bias(allowed)[None, None, None, :]      # [1, 1, 1, max_len]
-    cross_bias = layers.mask_to_bias(cache["source_ids"] != 0)[:, None, None, :]
+    cross_bias = layers.mask_to_bias(cache["source_ids"] != PAD_ID)[:, None, None, :]
     y, caches = self.decoder.step(y, cache["layers"], position, self_bias, cross_bias)
     return self._logits(y)[:, 0], {**cache, "layers": caches}
 

@@ -90,7 +90,7 @@ def train_step(state: TrainState, batch: dict[str, jnp.ndarray], root_key: jax.A
     return (_sum_trees(grads, micro_grads), _sum_trees(sums, micro_sums)), None
 
   zero_grads = jax.tree.map(jnp.zeros_like, state.params)
-  zero_sums = {name: jnp.zeros((), jnp.float32) for name in ("loss", "nll", "correct", "tokens")}
+  zero_sums = {name: jnp.zeros((), jnp.float32) for name in loss_lib.METRIC_SUMS}
   # The sums differ per device until the psum; shard_map's type check wants the
   # scan carry to say so from the start.
   init = lax.pcast((zero_grads, zero_sums), axis_name, to="varying")
@@ -137,6 +137,6 @@ def eval_step(params: Any, batch: dict[str, jnp.ndarray], *, cfg: TransformerCon
     return _sum_trees(total, loss_lib.compute_metrics(logits, chunk_targets,
                                                       cfg.label_smoothing)), None
 
-  zero_sums = {name: jnp.zeros((), jnp.float32) for name in ("loss", "nll", "correct", "tokens")}
+  zero_sums = {name: jnp.zeros((), jnp.float32) for name in loss_lib.METRIC_SUMS}
   sums, _ = lax.scan(chunk_sums, zero_sums, (inputs, targets))
   return lax.psum(sums, axis_name)

@@ -69,7 +69,7 @@ class _Window:
   """Train metrics and throughput since the last log line."""
 
   def __init__(self):
-    self.sums = {"loss": 0.0, "nll": 0.0, "correct": 0.0, "tokens": 0.0, "grad_norm": 0.0}
+    self.sums = {**dict.fromkeys(loss_lib.METRIC_SUMS, 0.0), "grad_norm": 0.0}
     self.steps = 0
     self.learning_rate = float("nan")
     # Throughput counts only steps dispatched after `start` (see `start_timer`).
@@ -169,7 +169,7 @@ class Trainer:
       if self.cfg.num_eval_batches is not None and i >= self.cfg.num_eval_batches:
         break
       outputs.append(self.p_eval_step(self.p_state.params, parallel.shard_batch(batch)))
-    sums = {"loss": 0.0, "nll": 0.0, "correct": 0.0, "tokens": 0.0}
+    sums = dict.fromkeys(loss_lib.METRIC_SUMS, 0.0)
     for out in jax.device_get([parallel.unreplicate(o) for o in outputs]):
       for name in sums:
         sums[name] += float(out[name])
@@ -189,7 +189,7 @@ class Trainer:
     window.add_device(host)
 
   def log_record(self, step: int, window: _Window) -> dict[str, Any]:
-    sums = loss_lib.summarize({k: window.sums[k] for k in ("loss", "nll", "correct", "tokens")})
+    sums = loss_lib.summarize({k: window.sums[k] for k in loss_lib.METRIC_SUMS})
     record = {"step": step, "train_loss": sums["loss"], "train_nll": sums["nll"],
               "train_accuracy": sums["accuracy"], "train_perplexity": sums["perplexity"],
               "learning_rate": window.learning_rate,

@@ -24,6 +24,7 @@ from typing import Any, Callable, Optional, Sequence, TextIO
 
 from t2t_jax import configs
 from t2t_jax import vocab
+from t2t_jax.ids import UNK_ID
 
 _TRAIN_FIRST = "train a model there first, or pass the right --workdir"
 
@@ -92,7 +93,7 @@ def ids_to_text(tokenizer: vocab.Tokenizer, ids: Sequence[int]) -> str:
   and they read as unknown. A piece could hold a line break if the training text
   had one; it becomes a space, so that each input line gets one output line.
   """
-  known = [i if i < tokenizer.vocab_size else vocab.UNK_ID for i in ids]
+  known = [i if i < tokenizer.vocab_size else UNK_ID for i in ids]
   return tokenizer.decode(known).replace("\r", " ").replace("\n", " ")
 
 

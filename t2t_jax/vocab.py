@@ -16,7 +16,7 @@ from typing import Iterable, Sequence
 
 import sentencepiece as spm
 
-PAD_ID, EOS_ID, UNK_ID = 0, 1, 2
+from t2t_jax.ids import EOS_ID, PAD_ID, UNK_ID
 
 log = logging.getLogger(__name__)
 

@@ -10,6 +10,7 @@ import pytest
 
 from t2t_jax import configs
 from t2t_jax import decode
+from t2t_jax.ids import EOS_ID, PAD_ID
 from t2t_jax import model
 
 STATES = 97  # hidden states of the toy step function
@@ -45,7 +46,7 @@ def toy_log_probs(table_row, prefix):
     h = _toy_hash(h, previous, position)
     previous = prefix[position] if position < len(prefix) else 0
   log_probs = _log_softmax(table_row[h])
-  log_probs[decode.PAD_ID] = -np.inf
+  log_probs[PAD_ID] = -np.inf
   return log_probs
 
 
@@ -59,7 +60,7 @@ def exhaustive_best(table_row, max_len, alpha, vocab):
   for length in range(1, max_len + 1):
     for seq in itertools.product(range(2, vocab), repeat=length - 1):
       for last in range(1, vocab):
-        if last != decode.EOS_ID and length < max_len:
+        if last != EOS_ID and length < max_len:
           continue
         full = [*seq, last]
         log_prob = sum(toy_log_probs(table_row, full[:i])[t] for i, t in enumerate(full))
@@ -69,7 +70,7 @@ def exhaustive_best(table_row, max_len, alpha, vocab):
 
 def rescore(table_row, tokens, alpha):
   hyp = decode.strip_eos(tokens)
-  full = hyp + [decode.EOS_ID] if decode.EOS_ID in list(tokens) else hyp
+  full = hyp + [EOS_ID] if EOS_ID in list(tokens) else hyp
   log_prob = sum(toy_log_probs(table_row, full[:i])[t] for i, t in enumerate(full))
   return penalised(log_prob, len(full), alpha)
 
@@ -81,7 +82,7 @@ def check_well_formed(tokens, max_lens):
   for row, limit in zip(tokens.reshape(-1, tokens.shape[-1]), np.repeat(max_lens, per_sentence)):
     used = int(np.count_nonzero(row))
     assert np.all(row[used:] == 0), row
-    assert decode.EOS_ID not in row[:used - 1], row
+    assert EOS_ID not in row[:used - 1], row
     assert 1 <= used <= limit, (row, limit)
 
 
@@ -101,7 +102,7 @@ def test_wide_beam_finds_the_exhaustive_best(alpha):
   for b in range(batch):
     best_score, best = exhaustive_best(table[b], max_lens[b], alpha, vocab)
     got = decode.strip_eos(tokens[b, 0])
-    assert got == [t for t in best if t != decode.EOS_ID], (b, tokens[b, 0], best)
+    assert got == [t for t in best if t != EOS_ID], (b, tokens[b, 0], best)
     np.testing.assert_allclose(scores[b, 0], best_score, rtol=1e-5)
     for n in range(3):
       np.testing.assert_allclose(scores[b, n], rescore(table[b], tokens[b, n], alpha), rtol=1e-5)
@@ -135,7 +136,7 @@ def test_finished_hypotheses_never_extend():
     # EOS is likely at first; after an EOS, token 3 would cost nothing, so a
     # search that extended finished hypotheses would prefer "EOS 3 3 3 ..." (the
     # length penalty rewards length).
-    logits = jnp.where(tokens[:, None] == decode.EOS_ID,
+    logits = jnp.where(tokens[:, None] == EOS_ID,
                        jnp.array([0, 0, 0, 50.0, 0, 0]), cache["logits"])
     return logits, cache
 
@@ -143,7 +144,7 @@ def test_finished_hypotheses_never_extend():
   tokens, scores = decode.beam_search(eos_then_free_words, cache, beam_size=4, alpha=2.0,
                                       max_len=max_len, n_best=4)
   check_well_formed(tokens, np.full(batch, max_len))
-  assert np.any(np.asarray(tokens)[:, :, 0] == decode.EOS_ID)  # the trap was reachable
+  assert np.any(np.asarray(tokens)[:, :, 0] == EOS_ID)  # the trap was reachable
   assert np.all(np.isfinite(scores)) and np.all(scores > decode.NEG_INF / 2)
 
 
@@ -160,7 +161,7 @@ def test_sentences_stop_early_and_respect_their_own_maximum():
   jax.block_until_ready(tokens)
   jax.effects_barrier()
   assert calls == [0]  # "EOS" finished at step 0 and nothing alive can beat it
-  np.testing.assert_array_equal(np.asarray(tokens)[:, 0, 0], decode.EOS_ID)
+  np.testing.assert_array_equal(np.asarray(tokens)[:, 0, 0], EOS_ID)
 
   def never_eos(cache, tokens, position):
     return jnp.tile(jnp.array([0, -30.0, 1.0, 0]), (tokens.shape[0], 1)), cache
@@ -199,7 +200,7 @@ def _random_sources(seed, lengths):
 def _batch(sources, width):
   inputs = np.zeros((len(sources), width), np.int32)
   for row, src in enumerate(sources):
-    inputs[row, :len(src) + 1] = [*src, decode.EOS_ID]
+    inputs[row, :len(src) + 1] = [*src, EOS_ID]
   return inputs
 
 

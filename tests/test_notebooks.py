@@ -4,7 +4,6 @@ import os
 import pathlib
 
 import nbformat
-import pytest
 from nbclient import NotebookClient
 
 from t2t_jax import demo_corpus

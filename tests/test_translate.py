@@ -12,6 +12,7 @@ import pytest
 from t2t_jax import checkpoint
 from t2t_jax import configs
 from t2t_jax import decode
+from t2t_jax.ids import EOS_ID, UNK_ID
 from t2t_jax import demo_corpus
 from t2t_jax import evaluate
 from t2t_jax import model
@@ -48,7 +49,7 @@ def saved(tmp_path_factory):
   # peaked on whatever token); peaked ones (logits x10 through the shared
   # embedding) with EOS in the middle of the pack (logit 0) give real outputs.
   embedding = 10.0 * np.asarray(first["embedding"]["embedding"])
-  embedding[vocab.EOS_ID] = 0.0
+  embedding[EOS_ID] = 0.0
   first["embedding"]["embedding"] = embedding
   second = jax.tree.map(lambda x: 0.8 * x, first)
   with checkpoint.Checkpointer(root, cfg, async_save=False) as ckpt:
@@ -162,5 +163,5 @@ def test_ids_beyond_the_sentencepiece_model_read_as_unknown(translator):
   ids = tokenizer.encode("the dog")[:-1]
   assert translate.ids_to_text(tokenizer, ids) == "the dog"
   text = translate.ids_to_text(tokenizer, ids + [tokenizer.vocab_size, tokenizer.vocab_size + 7])
-  assert text == tokenizer.decode(ids + [vocab.UNK_ID, vocab.UNK_ID])
+  assert text == tokenizer.decode(ids + [UNK_ID, UNK_ID])
 

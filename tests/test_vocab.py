@@ -5,6 +5,7 @@ import os
 import pytest
 
 from t2t_jax import demo_corpus, vocab
+from t2t_jax.ids import EOS_ID, PAD_ID, UNK_ID
 
 
 @pytest.fixture(scope="module")
@@ -25,8 +26,8 @@ def test_ids_and_round_trip(tokenizer, corpus):
   for en, de in corpus[:300]:
     for text in (en, de):
       ids = tokenizer.encode(text)
-      assert ids[-1] == vocab.EOS_ID and vocab.PAD_ID not in ids and vocab.EOS_ID not in ids[:-1]
-      assert vocab.UNK_ID not in ids
+      assert ids[-1] == EOS_ID and PAD_ID not in ids and EOS_ID not in ids[:-1]
+      assert UNK_ID not in ids
       assert tokenizer.decode(ids) == text  # identity normalisation: exact text back
   batch = tokenizer.encode_batch([de for _, de in corpus[:50]])
   assert batch == [tokenizer.encode(de) for _, de in corpus[:50]]
