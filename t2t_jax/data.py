@@ -29,6 +29,7 @@ import numpy as np
 
 from t2t_jax import demo_corpus
 from t2t_jax.buckets import BUCKET_LENGTHS, bucket_lengths
+from t2t_jax import textio
 from t2t_jax import vocab as vocab_lib
 
 log = logging.getLogger(__name__)
@@ -39,31 +40,11 @@ Pairs = list[tuple[str, str]]
 
 # --- Reading text ----------------------------------------------------------------
 
-def _read_lines(path: str) -> list[str]:
-  """Lines of a UTF-8 file, split on "\\n" only (never on other Unicode breaks)."""
-  try:
-    with open(path, "rb") as f:
-      raw = f.read()
-  except OSError as e:
-    raise ValueError(f"cannot read {path}: {e.strerror}") from None
-  try:
-    text = raw.decode("utf-8")
-  except UnicodeDecodeError as e:
-    line = raw.count(b"\n", 0, e.start) + 1
-    raise ValueError(f"{path}: line {line} is not valid UTF-8 ({e.reason} at byte "
-                     f"{e.start}); convert the file to UTF-8") from None
-  if text.endswith("\n"):
-    text = text[:-1]
-  if not text:
-    return []
-  return [line[:-1] if line.endswith("\r") else line for line in text.split("\n")]
-
-
 def read_pairs(spec: str) -> Pairs:
   """Pairs from "src_path,tgt_path" (line-aligned files) or from one .tsv path."""
   if spec.endswith(".tsv") and "," not in spec:
     pairs = []
-    for number, line in enumerate(_read_lines(spec), 1):
+    for number, line in enumerate(textio.read_lines(spec), 1):
       fields = line.split("\t")
       if len(fields) != 2:
         raise ValueError(f"{spec}: line {number} has {len(fields)} tab-separated fields; "
@@ -73,7 +54,7 @@ def read_pairs(spec: str) -> Pairs:
   paths = spec.split(",")
   if len(paths) != 2:
     raise ValueError(f"bad file spec {spec!r}: use 'source_path,target_path' or a .tsv path")
-  src, tgt = _read_lines(paths[0]), _read_lines(paths[1])
+  src, tgt = textio.read_lines(paths[0]), textio.read_lines(paths[1])
   if len(src) != len(tgt):
     raise ValueError(f"{paths[0]} has {len(src)} lines but {paths[1]} has {len(tgt)}; "
                      "source and target files must be line-aligned")
