@@ -14,6 +14,7 @@ The model reads only the model fields.
 from __future__ import annotations
 
 import dataclasses
+import math
 import typing
 from typing import Any, Optional
 
@@ -97,34 +98,104 @@ class TransformerConfig:
     return dataclasses.replace(self, **overrides)
 
 
+# What each field accepts, in one place: (check, description). Types come from the
+# annotations (`_type_ok`); a field absent here accepts any value of its type.
+def _positive(v) -> bool:
+  return v > 0
+
+
+def _non_negative(v) -> bool:
+  return v >= 0
+
+
+def _fraction(v) -> bool:
+  return 0.0 <= v < 1.0
+
+
+def _one_of(*choices: str) -> tuple[Any, str]:
+  return (lambda v: v in choices), "one of " + ", ".join(repr(c) for c in choices)
+
+
+_POSITIVE_INT = (_positive, "a positive integer")
+_POSITIVE_NUMBER = (_positive, "a positive number")
+_FRACTION = (_fraction, "a number in [0, 1)")
+_NON_EMPTY = (bool, "a non-empty string")
+
+FIELD_RULES: dict[str, tuple[Any, str]] = {
+    "vocab_size": ((lambda v: v >= 4), "an integer >= 4 (3 ids are reserved)"),
+    "num_layers": _POSITIVE_INT, "d_model": _POSITIVE_INT, "d_ff": _POSITIVE_INT,
+    "num_heads": _POSITIVE_INT, "d_k": _POSITIVE_INT, "d_v": _POSITIVE_INT,
+    "dropout_rate": _FRACTION, "attention_dropout_rate": _FRACTION,
+    "positional_encoding": _one_of("sinusoidal", "learned"),
+    "max_len": _POSITIVE_INT,
+    "dtype": _one_of("float32", "bfloat16"),
+    "attention_window": _POSITIVE_INT,
+    "dataset": _NON_EMPTY, "source_lang": _NON_EMPTY, "target_lang": _NON_EMPTY,
+    "data_dir": _NON_EMPTY, "train_files": _NON_EMPTY, "dev_files": _NON_EMPTY,
+    "test_files": _NON_EMPTY,
+    "vocab_type": _one_of("bpe", "unigram", "char", "word"),
+    "vocab_sample_sentences": _POSITIVE_INT,
+    "max_source_length": _POSITIVE_INT, "max_target_length": _POSITIVE_INT,
+    "tokens_per_batch": _POSITIVE_INT, "max_tokens_per_device": _POSITIVE_INT,
+    "shuffle_buffer_batches": (_non_negative, "an integer >= 0"),
+    "seed": ((lambda v: 0 <= v < 2**63), "an integer in [0, 2**63)"),
+    "num_train_steps": _POSITIVE_INT, "warmup_steps": _POSITIVE_INT,
+    "learning_rate_scale": _POSITIVE_NUMBER,
+    "adam_b1": _FRACTION, "adam_b2": _FRACTION, "adam_eps": _POSITIVE_NUMBER,
+    "label_smoothing": _FRACTION,
+    "log_every_steps": _POSITIVE_INT, "eval_every_steps": _POSITIVE_INT,
+    "num_eval_batches": _POSITIVE_INT, "peak_tflops": _POSITIVE_NUMBER,
+    "checkpoint_every_steps": _POSITIVE_INT, "checkpoint_every_minutes": _POSITIVE_NUMBER,
+    "average_last": _POSITIVE_INT,
+    "beam_size": _POSITIVE_INT, "alpha": (_non_negative, "a number >= 0"),
+    "max_decode_extra": (_non_negative, "an integer >= 0"),
+    "decode_batch_size": _POSITIVE_INT,
+}
+
+
+def _base_type(hint: Any) -> tuple[type, bool]:
+  """(type, whether None is allowed) of a field annotation such as Optional[int]."""
+  if typing.get_origin(hint) is typing.Union:
+    args = [a for a in typing.get_args(hint) if a is not type(None)]
+    return args[0], True
+  return hint, False
+
+
+def _type_ok(kind: type, value: Any) -> bool:
+  if kind is float:  # an int is a fine float; a bool is neither
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+      return False
+    try:
+      return math.isfinite(value)
+    except OverflowError:  # an int too large for a float
+      return False
+  if kind is int:
+    return isinstance(value, int) and not isinstance(value, bool)
+  return isinstance(value, kind)
+
+
+def accepts(name: str) -> str:
+  """What field `name` accepts, in words (for error messages)."""
+  kind, optional = _base_type(typing.get_type_hints(TransformerConfig)[name])
+  _, words = FIELD_RULES.get(name, (None, {bool: "true or false", str: "a string",
+                                           int: "an integer", float: "a number"}[kind]))
+  return words + (" or None" if optional else "")
+
+
 def _validate(c: TransformerConfig) -> None:
+  for name, hint in typing.get_type_hints(TransformerConfig).items():
+    value = getattr(c, name)
+    kind, optional = _base_type(hint)
+    if value is None and optional:
+      continue
+    check = FIELD_RULES.get(name, (lambda v: True, ""))[0]
+    if not (_type_ok(kind, value) and check(value)):
+      raise ValueError(f"{name}={value!r}: accepts {accepts(name)}")
   if c.d_k is None or c.d_v is None:
     if c.d_model % c.num_heads:
       raise ValueError(
           f"d_model={c.d_model} is not divisible by num_heads={c.num_heads}; "
           "set d_k and d_v explicitly or change one of them")
-  for name in ("vocab_size", "num_layers", "d_model", "d_ff", "num_heads", "max_len",
-               "tokens_per_batch", "max_tokens_per_device", "num_train_steps",
-               "warmup_steps", "beam_size", "decode_batch_size"):
-    if getattr(c, name) <= 0:
-      raise ValueError(f"{name}={getattr(c, name)} must be positive")
-  for name in ("d_k", "d_v", "attention_window", "checkpoint_every_steps"):
-    value = getattr(c, name)
-    if value is not None and value <= 0:
-      raise ValueError(f"{name}={value} must be positive (or None)")
-  for name in ("dropout_rate", "attention_dropout_rate", "label_smoothing"):
-    value = getattr(c, name)
-    if not 0.0 <= value < 1.0:
-      raise ValueError(f"{name}={value} must be in [0, 1)")
-  if c.positional_encoding not in ("sinusoidal", "learned"):
-    raise ValueError(
-        f"positional_encoding={c.positional_encoding!r}: use 'sinusoidal' or 'learned'")
-  if c.dtype not in ("float32", "bfloat16"):
-    raise ValueError(f"dtype={c.dtype!r}: use 'float32' or 'bfloat16'")
-  if c.alpha < 0 or c.max_decode_extra < 0:
-    raise ValueError(f"alpha={c.alpha} and max_decode_extra={c.max_decode_extra} must be >= 0")
-  if c.average_last < 1:
-    raise ValueError(f"average_last={c.average_last} must be at least 1")
 
 
 # Table 3, in the paper's row order. Blank cells are the base model's values.
@@ -217,8 +288,8 @@ def from_args(argv: list[str], default: str = "demo",
         raise ValueError(f"unknown config field {key!r} in {arg!r}; see t2t_jax/configs.py")
       try:
         overrides[key] = _parse_value(hints[key], text)
-      except ValueError as e:
-        raise ValueError(f"bad value in {arg!r}: {e}") from None
+      except ValueError:
+        raise ValueError(f"bad value in {arg!r}: {key} accepts {accepts(key)}") from None
     else:
       rest.append(arg)
   return get_config(name, **{**(defaults or {}), **overrides}), rest

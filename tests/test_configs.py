@@ -1,8 +1,10 @@
 """configs.py: validation, command-line overrides, parameter counts vs the real model and Table 3."""
 
 import functools
+import re
 import subprocess
 import sys
+import typing
 
 import jax
 import pytest
@@ -113,3 +115,67 @@ def test_from_args_parses_overrides_and_leaves_other_arguments():
     configs.from_args(["--config.num_layers=six"])
   with pytest.raises(ValueError, match="bad value"):
     configs.from_args(["--config.share_embeddings=maybe"])
+
+
+# One value out of range per field that has a range: a new rule needs a line here.
+_OUT_OF_RANGE = {
+    "vocab_size": 3, "num_layers": 0, "d_model": -8, "d_ff": 0, "num_heads": 0, "d_k": 0,
+    "d_v": -1, "dropout_rate": 1.0, "attention_dropout_rate": -0.5,
+    "positional_encoding": "rotary", "max_len": 0, "dtype": "float16", "attention_window": 0,
+    "dataset": "", "source_lang": "", "target_lang": "", "data_dir": "", "train_files": "",
+    "dev_files": "", "test_files": "", "vocab_type": "sentencepiece",
+    "vocab_sample_sentences": 0, "max_source_length": 0, "max_target_length": -3,
+    "tokens_per_batch": 0, "max_tokens_per_device": 0, "shuffle_buffer_batches": -1,
+    "seed": -1, "num_train_steps": 0, "warmup_steps": 0, "learning_rate_scale": 0.0,
+    "adam_b1": 1.0, "adam_b2": 1.5, "adam_eps": 0.0, "label_smoothing": 1.0,
+    "log_every_steps": 0, "eval_every_steps": 0, "num_eval_batches": 0, "peak_tflops": -1.0,
+    "checkpoint_every_steps": 0, "checkpoint_every_minutes": 0.0, "average_last": 0,
+    "beam_size": 0, "alpha": -0.1, "max_decode_extra": -1, "decode_batch_size": 0,
+}
+_FIELDS = typing.get_type_hints(configs.TransformerConfig)
+
+
+def _wrong_type(name):
+  kind, _ = configs._base_type(_FIELDS[name])
+  return {int: 2.5, float: "fast", str: 7, bool: 1}[kind]
+
+
+def test_every_field_but_the_flag_has_a_range_and_a_test():
+  assert set(configs.FIELD_RULES) == set(_OUT_OF_RANGE)
+  assert set(_FIELDS) - set(configs.FIELD_RULES) == {"share_embeddings"}
+
+
+@pytest.mark.parametrize("name", sorted(_FIELDS))
+def test_every_field_rejects_a_wrong_type_and_an_out_of_range_value(name):
+  bad = [_wrong_type(name), float("nan") if _FIELDS[name] is float else None]
+  if name in _OUT_OF_RANGE:
+    bad.append(_OUT_OF_RANGE[name])
+  if configs._base_type(_FIELDS[name])[1]:
+    bad.remove(None)  # Optional fields accept None
+  for value in bad:
+    with pytest.raises(ValueError) as error:
+      get_config("base", **{name: value})
+    message = str(error.value)
+    assert message == f"{name}={value!r}: accepts {configs.accepts(name)}", message
+  assert get_config("base", **{name: getattr(get_config("demo"), name)})  # a good value passes
+
+
+@pytest.mark.parametrize("name", sorted(_FIELDS))
+def test_command_line_errors_name_the_field_and_what_it_accepts(name):
+  kind, _ = configs._base_type(_FIELDS[name])
+  text = {int: "2.5", float: "fast", bool: "maybe"}.get(kind)
+  if text is not None:  # any text is a string
+    with pytest.raises(ValueError, match=f"bad value in '--config.{name}={text}': {name} "
+                                         f"accepts {re.escape(configs.accepts(name))}$"):
+      configs.from_args([f"--config.{name}={text}"])
+  if name in _OUT_OF_RANGE:
+    value = _OUT_OF_RANGE[name]
+    with pytest.raises(ValueError, match=f"^{name}="):
+      configs.from_args([f"--config.{name}={value}"])
+
+
+def test_accepts_describes_optional_and_enumerated_fields():
+  assert configs.accepts("d_k") == "a positive integer or None"
+  assert configs.accepts("dtype") == "one of 'float32', 'bfloat16'"
+  assert configs.accepts("share_embeddings") == "true or false"
+  assert get_config("base", learning_rate_scale=2).learning_rate_scale == 2  # an int is a number
