@@ -1,0 +1,87 @@
+"""Stopping cleanly on SIGTERM or Ctrl-C: finish the step, save, exit; a second signal exits now.
+
+Cloud schedulers send SIGTERM some seconds before they take a machine away.
+Inside `with StopSignals() as stop:` the first SIGTERM or SIGINT only sets
+`stop.requested`; the training loop looks at it after each step, saves a
+checkpoint with the data position and raises `Preempted`. A second signal
+ends the process at once (exit status 128 + signal number) without waiting
+for anything: a checkpoint being written then is left unfinished, which the
+next run ignores (orbax renames a step into place only when it is complete).
+
+Several hosts must stop at the same step; `requested` is this process's view
+only, so a multi-host loop combines it across processes before acting on it.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import sys
+import threading
+from typing import Optional, Sequence
+
+log = logging.getLogger(__name__)
+
+SIGNALS = (signal.SIGTERM, signal.SIGINT)
+
+
+class Preempted(Exception):
+  """A run stopped early on a signal after saving; running it again resumes it.
+
+  `exit_code` is 128 + the signal number, what a shell reports for a process
+  ended by that signal, so schedulers that requeue on it still do.
+  """
+
+  def __init__(self, message: str, signum: int):
+    super().__init__(message)
+    self.signum = signum
+    self.exit_code = 128 + signum
+
+
+class StopSignals:
+  """Turns the first SIGTERM/SIGINT into a request to stop; the second exits at once.
+
+  Handlers can only be installed from the main thread; elsewhere this does
+  nothing (signals keep their usual effect) and says so in the log. The
+  previous handlers come back on exit.
+  """
+
+  def __init__(self, signals: Sequence[int] = SIGNALS):
+    self._signals = tuple(signals)
+    self._previous: dict[int, object] = {}
+    self.signum: Optional[int] = None
+
+  @property
+  def requested(self) -> bool:
+    return self.signum is not None
+
+  @property
+  def name(self) -> str:
+    return signal.Signals(self.signum).name if self.signum is not None else ""
+
+  def _handle(self, signum: int, frame) -> None:  # pylint: disable=unused-argument
+    name = signal.Signals(signum).name
+    if self.signum is not None:
+      # stderr directly: this must not wait on a logging lock held by the main thread.
+      os.write(sys.stderr.fileno(),
+               f"\n{name} again: exiting at once without saving (the last complete "
+               "checkpoint is kept)\n".encode())
+      os._exit(128 + signum)  # pylint: disable=protected-access
+    self.signum = signum
+    os.write(sys.stderr.fileno(),
+             f"\n{name} received: finishing the current step, then saving a checkpoint and "
+             f"exiting (send {name} again to exit at once)\n".encode())
+
+  def __enter__(self) -> "StopSignals":
+    if threading.current_thread() is not threading.main_thread():
+      log.info("Not in the main thread: SIGTERM/Ctrl-C stop the run without saving")
+      return self
+    for signum in self._signals:
+      self._previous[signum] = signal.signal(signum, self._handle)
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    for signum, handler in self._previous.items():
+      signal.signal(signum, handler)
+    self._previous.clear()
