@@ -27,7 +27,7 @@ from typing import Callable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from t2t_jax import demo_corpus
+from t2t_jax.datasets import demo
 from t2t_jax.buckets import BUCKET_LENGTHS, bucket_lengths
 from t2t_jax import textio
 from t2t_jax import vocab as vocab_lib
@@ -78,10 +78,10 @@ class _Source:
 def _resolve_source(cfg, workdir: str) -> _Source:
   if cfg.dataset == "demo":
     directory = os.path.join(workdir, "data", "demo")
-    paths = demo_corpus.corpus_paths(directory)
+    paths = demo.corpus_paths(directory)
     if paths is None:
       start = time.time()
-      paths = demo_corpus.write_corpus(directory, seed=cfg.seed)
+      paths = demo.write_corpus(directory, seed=cfg.seed)
       log.info("Wrote the demo corpus to %s in %.1f s", directory, time.time() - start)
     specs = {split: ",".join(p) for split, p in paths.items()}
   elif cfg.dataset == "text":

@@ -7,7 +7,8 @@ import threading
 import numpy as np
 import pytest
 
-from t2t_jax import configs, data, demo_corpus
+from t2t_jax import configs, data
+from t2t_jax.datasets import demo
 
 
 def _write(path, lines):
@@ -18,7 +19,7 @@ def _write(path, lines):
 @pytest.fixture(scope="module")
 def corpus_dir(tmp_path_factory):
   directory = tmp_path_factory.mktemp("corpus")
-  pairs = demo_corpus.generate(1600, seed=5)
+  pairs = demo.generate(1600, seed=5)
   train, dev, test = pairs[:1400], pairs[1400:1500], pairs[1500:]
   # Make the training data dirty: an empty pair and an over-long one must be dropped.
   train = train + [("", "Leer."), ("long " * 70, "lang " * 70)]
@@ -188,8 +189,8 @@ def test_token_cache_is_reused(corpus_dir, tmp_path, monkeypatch):
 
 
 def test_demo_dataset_is_generated_into_the_workdir(tmp_path, monkeypatch):
-  small = functools.partial(demo_corpus.write_corpus, num_train=600, num_dev=50, num_test=50)
-  monkeypatch.setattr(demo_corpus, "write_corpus", small)
+  small = functools.partial(demo.write_corpus, num_train=600, num_dev=50, num_test=50)
+  monkeypatch.setattr(demo, "write_corpus", small)
   cfg = configs.get_config("demo", vocab_size=300, tokens_per_batch=512)
   ds = data.prepare(cfg, str(tmp_path))
   assert (tmp_path / "data" / "demo" / "train.de").exists()

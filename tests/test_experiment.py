@@ -6,7 +6,7 @@ import pathlib
 import subprocess
 import sys
 
-from t2t_jax import demo_corpus
+from t2t_jax.datasets import demo
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "experiments" / "wmt14_ende.py"
@@ -25,7 +25,7 @@ def _run(*args):
 
 def test_demo_run_writes_results_then_resumes_and_refuses_a_changed_model(tmp_path):
   # A small demo corpus in place, so the run does not generate the full one.
-  demo_corpus.write_corpus(str(tmp_path / "data" / "demo"), num_train=600, num_dev=8,
+  demo.write_corpus(str(tmp_path / "data" / "demo"), num_train=600, num_dev=8,
                            num_test=12)
   first = _run("--config=demo", f"--workdir={tmp_path}", "--config.num_train_steps=3", *TINY)
   assert first.returncode == 0, first.stderr[-3000:]

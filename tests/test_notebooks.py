@@ -6,7 +6,7 @@ import pathlib
 import nbformat
 from nbclient import NotebookClient
 
-from t2t_jax import demo_corpus
+from t2t_jax.datasets import demo
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "attention_maps.ipynb"
@@ -30,7 +30,7 @@ def test_notebook_is_committed_without_outputs():
 
 def test_attention_notebook_trains_translates_and_plots(tmp_path):
   # A small demo corpus in place, so that the run does not generate the full one.
-  demo_corpus.write_corpus(str(tmp_path / "data" / "demo"), num_train=800, num_dev=16,
+  demo.write_corpus(str(tmp_path / "data" / "demo"), num_train=800, num_dev=16,
                            num_test=16)
   env = {k: v for k, v in os.environ.items()
          # Without pytest's marker the kernel handles file descriptors as under Jupyter.

@@ -22,7 +22,7 @@ import pytest
 
 from t2t_jax import checkpoint
 from t2t_jax import configs
-from t2t_jax import demo_corpus
+from t2t_jax.datasets import demo
 from t2t_jax import optim
 from t2t_jax import steps
 
@@ -52,7 +52,7 @@ print("FINISHED", flush=True)
 def overrides(tmp_path_factory):
   """A tiny model on short generated sentences: one batch shape, so one compilation."""
   corpus = tmp_path_factory.mktemp("corpus")
-  pairs = demo_corpus.generate(1040, seed=0, min_words=3, max_words=5)
+  pairs = demo.generate(1040, seed=0, min_words=3, max_words=5)
   files = {}
   for split, chunk in {"dev": pairs[:20], "test": pairs[20:40], "train": pairs[40:]}.items():
     for side, lang in enumerate(("en", "de")):

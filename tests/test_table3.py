@@ -6,7 +6,8 @@ import pathlib
 
 import pytest
 
-from t2t_jax import configs, demo_corpus
+from t2t_jax import configs
+from t2t_jax.datasets import demo
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 
@@ -31,7 +32,7 @@ TINY = ["--config.num_layers=1", "--config.d_model=32", "--config.d_ff=64",
 
 def test_two_rows_on_demo_data(tmp_path):
   # A small demo corpus where the rows' shared data directory will look for it.
-  demo_corpus.write_corpus(str(tmp_path / "data" / "demo"), num_train=600, num_dev=8,
+  demo.write_corpus(str(tmp_path / "data" / "demo"), num_train=600, num_dev=8,
                            num_test=8)
   results = table3.main(["--rows=D3,E", "--steps=1", "--dataset=demo",
                          f"--workdir={tmp_path}", *TINY])

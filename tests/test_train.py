@@ -17,7 +17,8 @@ import sys
 import numpy as np
 import pytest
 
-from t2t_jax import checkpoint, configs, data, demo_corpus, train
+from t2t_jax import checkpoint, configs, data, train
+from t2t_jax.datasets import demo
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
 
@@ -50,7 +51,7 @@ def corpus(tmp_path_factory):
   full corpus) and `vocab` (so SentencePiece is trained once) into its own.
   """
   workdir = tmp_path_factory.mktemp("corpus")
-  demo_corpus.write_corpus(str(workdir / "data" / "demo"), num_train=10000, num_dev=64,
+  demo.write_corpus(str(workdir / "data" / "demo"), num_train=10000, num_dev=64,
                            num_test=16)
   data.prepare(configs.get_config("demo", **TINY), str(workdir))
   return workdir

@@ -13,7 +13,7 @@ from t2t_jax import checkpoint
 from t2t_jax import configs
 from t2t_jax import decode
 from t2t_jax.ids import EOS_ID, UNK_ID
-from t2t_jax import demo_corpus
+from t2t_jax.datasets import demo
 from t2t_jax import evaluate
 from t2t_jax import model
 from t2t_jax import translate
@@ -37,7 +37,7 @@ LINES = [
 def saved(tmp_path_factory):
   """config.json, vocab/spm.model, two checkpoints and their average, as training leaves them."""
   root = tmp_path_factory.mktemp("run")
-  pairs = demo_corpus.generate(300, seed=0, max_words=12)
+  pairs = demo.generate(300, seed=0, max_words=12)
   tokenizer = vocab.build_or_load(96, str(root / "vocab"), lambda: pairs)
   cfg = configs.get_config("demo", vocab_size=96, num_layers=1, d_model=16, d_ff=32,
                            num_heads=2, max_len=64, max_decode_extra=4, beam_size=2,

@@ -4,13 +4,14 @@ import os
 
 import pytest
 
-from t2t_jax import demo_corpus, vocab
+from t2t_jax import vocab
+from t2t_jax.datasets import demo
 from t2t_jax.ids import EOS_ID, PAD_ID, UNK_ID
 
 
 @pytest.fixture(scope="module")
 def corpus():
-  return demo_corpus.generate(1500, seed=11)
+  return demo.generate(1500, seed=11)
 
 
 @pytest.fixture(scope="module")

@@ -4,19 +4,19 @@ import re
 
 import pytest
 
-from t2t_jax import demo_corpus
+from t2t_jax.datasets import demo, demo_syntax
 
 
 @pytest.fixture(scope="module")
 def pairs():
-  return demo_corpus.generate(6000, seed=3)
+  return demo.generate(6000, seed=3)
 
 
 def _verb_forms() -> set[str]:
   """Every finite German verb form the lexicon can produce (plus auxiliaries)."""
   forms = {"ist", "sind", "bin", "war", "waren", "wird", "werden", "werde", "kann", "können",
            "konnte", "konnten"}
-  for v in demo_corpus._VERB_LIST:
+  for v in demo_syntax.VERB_LIST:
     stems = [v.inf, v.de3, v.inf[:-1], v.past, v.past + ("n" if v.past.endswith("e") else "en"),
              "weiß"]
     forms.update(stems)
@@ -25,8 +25,8 @@ def _verb_forms() -> set[str]:
 
 
 def test_same_seed_same_corpus_other_seed_other_corpus():
-  assert demo_corpus.generate(300, seed=7) == demo_corpus.generate(300, seed=7)
-  assert demo_corpus.generate(300, seed=7) != demo_corpus.generate(300, seed=8)
+  assert demo.generate(300, seed=7) == demo.generate(300, seed=7)
+  assert demo.generate(300, seed=7) != demo.generate(300, seed=8)
 
 
 def test_lengths_distinct_and_utf8(pairs):
@@ -45,9 +45,9 @@ def test_lengths_distinct_and_utf8(pairs):
 
 
 def test_splits_do_not_overlap(tmp_path):
-  paths = demo_corpus.write_corpus(str(tmp_path), num_train=2000, num_dev=200, num_test=200,
+  paths = demo.write_corpus(str(tmp_path), num_train=2000, num_dev=200, num_test=200,
                                    seed=1)
-  assert demo_corpus.corpus_paths(str(tmp_path)) == paths
+  assert demo.corpus_paths(str(tmp_path)) == paths
   text = {split: [open(p, encoding="utf-8").read().split("\n")[:-1] for p in files]
           for split, files in paths.items()}
   assert [len(text[s][0]) for s in ("train", "dev", "test")] == [2000, 200, 200]
@@ -60,16 +60,16 @@ def test_splits_do_not_overlap(tmp_path):
 
 
 def test_number_words():
-  assert demo_corpus.number_words(21) == ("twenty-one", "einundzwanzig")
-  assert demo_corpus.number_words(30) == ("thirty", "dreißig")
-  assert demo_corpus.number_words(17) == ("seventeen", "siebzehn")
-  assert demo_corpus.number_words(96) == ("ninety-six", "sechsundneunzig")
+  assert demo_syntax.number_words(21) == ("twenty-one", "einundzwanzig")
+  assert demo_syntax.number_words(30) == ("thirty", "dreißig")
+  assert demo_syntax.number_words(17) == ("seventeen", "siebzehn")
+  assert demo_syntax.number_words(96) == ("ninety-six", "sechsundneunzig")
   with pytest.raises(ValueError, match="n=100"):
-    demo_corpus.number_words(100)
+    demo_syntax.number_words(100)
 
 
 def test_numbers_in_corpus_are_translated(pairs):
-  table = dict(demo_corpus.number_words(n) for n in range(2, 100))
+  table = dict(demo_syntax.number_words(n) for n in range(2, 100))
   seen = 0
   for en, de in pairs:
     for word in re.findall(r"\b[a-z]+-[a-z]+\b", en):

@@ -1,0 +1,1 @@
+"""Datasets generated here rather than downloaded (the demo corpus)."""
