@@ -1,4 +1,4 @@
-"""Reading corpora, the token cache, length buckets and device batches."""
+"""The prepared dataset: reading corpora, the token cache, length buckets and device batches."""
 
 import functools
 import gc
@@ -7,7 +7,7 @@ import threading
 import numpy as np
 import pytest
 
-from t2t_jax import configs, data
+from t2t_jax import batching, configs, data, tokens
 from t2t_jax.datasets import demo
 
 
@@ -59,24 +59,6 @@ def _pairs(split):
           for i in range(len(split))]
 
 
-def test_reading_errors(tmp_path):
-  a = _write(tmp_path / "a.txt", ["one", "two", "three"])
-  b = _write(tmp_path / "b.txt", ["eins", "zwei"])
-  with pytest.raises(ValueError, match=r"a\.txt has 3 lines but .*b\.txt has 2"):
-    data.read_pairs(f"{a},{b}")
-  bad = tmp_path / "bad.txt"
-  bad.write_bytes("eins\nzwei\ndr\xc3\n".encode("latin-1"))
-  with pytest.raises(ValueError, match=r"bad\.txt: line 3 is not valid UTF-8"):
-    data.read_pairs(f"{a},{bad}")
-  tsv = _write(tmp_path / "p.tsv", ["a\tb", "c\u2028d\te"])  # U+2028 is not a line break
-  assert data.read_pairs(tsv) == [("a", "b"), ("c\u2028d", "e")]
-  with pytest.raises(ValueError, match=r"line 2 has 3 tab-separated fields"):
-    data.read_pairs(_write(tmp_path / "q.tsv", ["a\tb", "c\td\te"]))
-  with pytest.raises(ValueError, match="needs config.dev_files"):
-    data.prepare(configs.get_config("base", dataset="text", train_files=tsv,
-                                    test_files=tsv), str(tmp_path))
-
-
 def test_dropping_and_counts(ds):
   assert ds.counts["empty"] == 1 and ds.counts["too_long"] >= 1
   assert ds.counts["kept"] == len(ds.train) == 1402 - ds.counts["empty"] - ds.counts["too_long"]
@@ -98,7 +80,7 @@ def test_buckets_budget_and_shapes(ds):
   assert np.all(bucket >= np.maximum(src, tgt))
   smaller = np.asarray([0] + ds.buckets)[ds.bucket_index]
   assert np.all(smaller < np.maximum(src, tgt))  # the smallest bucket that fits
-  plan = data.epoch_plan(ds.bucket_index, ds.buckets, 480, 1, 0)
+  plan = batching.epoch_plan(ds.bucket_index, ds.buckets, 480, 1, 0)
   assert sorted(np.concatenate([ix for _, ix in plan]).tolist()) == list(range(len(ds.train)))
   for b, ix in plan:
     assert len(ix) * ds.buckets[b] <= 480
@@ -131,7 +113,7 @@ def test_same_seed_same_batches_and_resume(ds):
   for x in batches:
     y = next(b)
     assert np.array_equal(x["inputs"], y["inputs"]) and np.array_equal(x["targets"], y["targets"])
-  reseeded = data.BatchIterator(ds.train, ds.bucket_index, ds.buckets, 480, 2, 8, 1)
+  reseeded = batching.BatchIterator(ds.train, ds.bucket_index, ds.buckets, 480, 2, 8, 1)
   assert [_rows(next(reseeded)) for _ in range(3)] != [_rows(x) for x in batches[:3]]
   # Resume mid-epoch (and across the epoch boundary) from a saved state.
   for stop in (5, epoch - 2):
@@ -181,7 +163,7 @@ def test_token_cache_is_reused(corpus_dir, tmp_path, monkeypatch):
   def no_tokenizing(*args, **kwargs):
     raise AssertionError("tokenised again instead of reading the cache")
 
-  monkeypatch.setattr(data, "tokenize_pairs", no_tokenizing)
+  monkeypatch.setattr(tokens, "tokenize_pairs", no_tokenizing)
   again = data.prepare(cfg, str(tmp_path))
   assert np.array_equal(first.train.tgt_ids, again.train.tgt_ids)
   with pytest.raises(AssertionError, match="tokenised again"):  # new limits: new cache
@@ -220,7 +202,7 @@ def test_prefetch_errors_reach_the_caller(ds, monkeypatch):
   def broken(args, state):
     raise RuntimeError("bad batch")
 
-  monkeypatch.setattr(data, "_make_batch", broken)
+  monkeypatch.setattr(batching, "_make_batch", broken)
   it = ds.train_iterator(8)
   with pytest.raises(RuntimeError, match="bad batch"):
     next(it)

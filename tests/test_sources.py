@@ -1,0 +1,42 @@
+"""Reading text pairs: line-aligned files, TSV, the registered sources and their signatures."""
+
+import pytest
+
+from t2t_jax import configs, sources
+
+
+def _write(path, lines):
+  path.write_text("\n".join(lines) + "\n", encoding="utf-8")
+  return str(path)
+
+
+def test_reading_errors(tmp_path):
+  a = _write(tmp_path / "a.txt", ["one", "two", "three"])
+  b = _write(tmp_path / "b.txt", ["eins", "zwei"])
+  with pytest.raises(ValueError, match=r"a\.txt has 3 lines but .*b\.txt has 2"):
+    sources.read_pairs(f"{a},{b}")
+  bad = tmp_path / "bad.txt"
+  bad.write_bytes("eins\nzwei\ndr\xc3\n".encode("latin-1"))
+  with pytest.raises(ValueError, match=r"bad\.txt: line 3 is not valid UTF-8"):
+    sources.read_pairs(f"{a},{bad}")
+  tsv = _write(tmp_path / "p.tsv", ["a\tb", "c\u2028d\te"])  # U+2028 is not a line break
+  assert sources.read_pairs(tsv) == [("a", "b"), ("c\u2028d", "e")]
+  with pytest.raises(ValueError, match=r"line 2 has 3 tab-separated fields"):
+    sources.read_pairs(_write(tmp_path / "q.tsv", ["a\tb", "c\td\te"]))
+  with pytest.raises(ValueError, match="needs config.dev_files"):
+    sources.get_source(configs.get_config("base", dataset="text", train_files=tsv,
+                                          test_files=tsv), str(tmp_path))
+
+
+def test_sources_by_dataset_name_and_signature_follows_the_files(tmp_path):
+  a = _write(tmp_path / "a.en", ["one", "two"])
+  b = _write(tmp_path / "a.de", ["eins", "zwei"])
+  spec = f"{a},{b}"
+  cfg = configs.get_config("base", dataset="text", train_files=spec, dev_files=spec,
+                           test_files=spec)
+  source = sources.get_source(cfg, str(tmp_path))
+  assert source.train() == source.test() == [("one", "eins"), ("two", "zwei")]
+  before = source.signature
+  _write(tmp_path / "a.de", ["eins", "zwei!"])  # changed data must not hit a stale cache
+  assert sources.get_source(cfg, str(tmp_path)).signature != before
+  assert sources.SOURCES["demo"] is sources.demo_source
