@@ -53,7 +53,6 @@ class TransformerConfig:
   max_target_length: int = 256
   tokens_per_batch: int = 25000    # per side, per update, across all devices and micro-steps
   max_tokens_per_device: int = 25000  # per micro-step on one device; more means accumulation
-  shuffle_buffer_batches: int = 0  # unused by the batch plan; reserved
   seed: int = 0
 
   # --- Training (section 5.3, 5.4) ---
@@ -137,7 +136,6 @@ FIELD_RULES: dict[str, tuple[Any, str]] = {
     "vocab_sample_sentences": _POSITIVE_INT,
     "max_source_length": _POSITIVE_INT, "max_target_length": _POSITIVE_INT,
     "tokens_per_batch": _POSITIVE_INT, "max_tokens_per_device": _POSITIVE_INT,
-    "shuffle_buffer_batches": (_non_negative, "an integer >= 0"),
     "seed": ((lambda v: 0 <= v < 2**63), "an integer in [0, 2**63)"),
     "num_train_steps": _POSITIVE_INT, "warmup_steps": _POSITIVE_INT,
     "learning_rate_scale": _POSITIVE_NUMBER,
@@ -180,6 +178,25 @@ def accepts(name: str) -> str:
   _, words = FIELD_RULES.get(name, (None, {bool: "true or false", str: "a string",
                                            int: "an integer", float: "a number"}[kind]))
   return words + (" or None" if optional else "")
+
+
+# Fields that earlier versions wrote to config.json and that never changed behaviour.
+_RETIRED_FIELDS = frozenset({"shuffle_buffer_batches"})
+
+
+def from_dict(fields: dict[str, Any], origin: str = "config") -> TransformerConfig:
+  """The config `to_dict` wrote (e.g. a work directory's config.json).
+
+  Retired fields of earlier versions are dropped, so their work directories
+  still load; any other unknown field is a ValueError naming it and `origin`.
+  """
+  known = {f.name for f in dataclasses.fields(TransformerConfig)}
+  kept = {k: v for k, v in fields.items() if k not in _RETIRED_FIELDS}
+  unknown = sorted(set(kept) - known)
+  if unknown:
+    raise ValueError(f"{origin} has unknown config field(s) {unknown}: it was written by "
+                     "another version of t2t_jax; remove them or use that version")
+  return TransformerConfig(**kept)
 
 
 def _validate(c: TransformerConfig) -> None:

@@ -53,13 +53,6 @@ class Tokenizer:
         out.append(i)
     return self.sp.decode(out)
 
-  def decode_batch(self, rows: Iterable[Iterable[int]]) -> list[str]:
-    return [self.decode(row) for row in rows]
-
-  def pieces(self, text: str) -> list[str]:
-    """The subword pieces of `text` (for attention plots), EOS shown as "</s>"."""
-    return self.sp.encode(text, out_type=str) + ["</s>"]
-
 
 def _sample_sentences(pairs: Sequence[tuple[str, str]], max_sentences: int,
                       seed: int) -> list[str]:

@@ -99,6 +99,16 @@ def test_unknown_preset_raises():
     get_config("huge")
 
 
+def test_from_dict_reads_old_work_directories_and_names_unknown_fields():
+  cfg = get_config("C4", dropout_rate=0.2)
+  assert configs.from_dict(configs.to_dict(cfg)) == cfg
+  old = {**configs.to_dict(cfg), "shuffle_buffer_batches": 0}  # retired, never used
+  assert configs.from_dict(old) == cfg
+  with pytest.raises(ValueError, match=r"runs/x/config.json has unknown config field\(s\) "
+                                       r"\['d_modle'\]"):
+    configs.from_dict({**configs.to_dict(cfg), "d_modle": 3}, "runs/x/config.json")
+
+
 def test_from_args_parses_overrides_and_leaves_other_arguments():
   cfg, rest = configs.from_args(
       ["--config=C4", "--config.dropout_rate=0.2", "--config.attention_window=none",
@@ -125,7 +135,7 @@ _OUT_OF_RANGE = {
     "dataset": "", "source_lang": "", "target_lang": "", "data_dir": "", "train_files": "",
     "dev_files": "", "test_files": "", "vocab_type": "sentencepiece",
     "vocab_sample_sentences": 0, "max_source_length": 0, "max_target_length": -3,
-    "tokens_per_batch": 0, "max_tokens_per_device": 0, "shuffle_buffer_batches": -1,
+    "tokens_per_batch": 0, "max_tokens_per_device": 0,
     "seed": -1, "num_train_steps": 0, "warmup_steps": 0, "learning_rate_scale": 0.0,
     "adam_b1": 1.0, "adam_b2": 1.5, "adam_eps": 0.0, "label_smoothing": 1.0,
     "log_every_steps": 0, "eval_every_steps": 0, "num_eval_batches": 0, "peak_tflops": -1.0,
