@@ -19,12 +19,12 @@ from typing import Callable, Sequence
 import numpy as np
 
 from t2t_jax import vocab as vocab_lib
+from t2t_jax.sources import Pairs
 
 log = logging.getLogger(__name__)
 
 _CACHE_VERSION = 1
 SPLITS = ("train", "dev", "test")
-Pairs = list[tuple[str, str]]
 
 
 @dataclasses.dataclass
