@@ -35,16 +35,18 @@ except preemption.Preempted as e:
 def _start(save_seconds):
   process = subprocess.Popen([sys.executable, "-c", _LOOP, str(save_seconds)], cwd=ROOT,
                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-  assert process.stdout.readline().startswith("STEP"), process.stderr.read()
-  return process
+  first = process.stdout.readline()
+  assert first.startswith("STEP"), process.stderr.read()
+  return process, first
 
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
 def test_first_signal_finishes_the_step_saves_and_exits(signum):
-  process = _start(save_seconds=0.0)
+  process, first = _start(save_seconds=0.0)
   process.send_signal(signum)
   out, err = process.communicate(timeout=30)
-  lines = out.splitlines()
+  # The signal may land in step 1, whose STEP line `_start` has already read.
+  lines = (first + out).splitlines()
   saved = int(lines[-1].split()[1])
   assert lines[-1] == f"SAVED {saved}" and lines[-2] == f"STEP {saved}", out
   assert process.returncode == 128 + signum
@@ -54,7 +56,7 @@ def test_first_signal_finishes_the_step_saves_and_exits(signum):
 
 
 def test_second_signal_exits_at_once_without_saving():
-  process = _start(save_seconds=60.0)  # a save that would take a minute
+  process, _ = _start(save_seconds=60.0)  # a save that would take a minute
   process.send_signal(signal.SIGTERM)
   time.sleep(0.5)  # the loop is now "saving"
   process.send_signal(signal.SIGTERM)
