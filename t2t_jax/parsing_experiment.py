@@ -23,6 +23,7 @@ EVALB-style labelled bracketing F1. Writes `<workdir>/test.trees` and
 
 `--config.<field>=<value>` overrides any field of t2t_jax/configs.py.
 Expected (paper, WSJ only): 91.3 F1 on section 23. Hardware: as base, 8 GPUs.
+Trees, linearisation and F1: t2t_jax/parsing.py; this module is the experiment.
 """
 
 from __future__ import annotations
@@ -32,11 +33,15 @@ import logging
 import os
 import pathlib
 import re
-import sys
 from typing import Any, Optional, Sequence
 
+from t2t_jax import cli
 from t2t_jax import configs
+from t2t_jax import experiment
 from t2t_jax import parsing
+from t2t_jax import workdir as workdir_lib
+
+log = logging.getLogger(__name__)
 
 SPLITS = ("train", "dev", "test")
 # The standard WSJ split (section 6.3: trained on 02-21, tuned on 22, tested on 23).
@@ -50,7 +55,7 @@ def find_treebank_files(treebank_dir: str) -> dict[str, list[str]]:
   """{split: paths} for a directory laid out as the module docstring says."""
   root = pathlib.Path(treebank_dir)
   if not root.is_dir():
-    raise SystemExit(f"--treebank_dir={treebank_dir} is not a directory; the Penn Treebank is "
+    raise FileNotFoundError(f"--treebank_dir={treebank_dir} is not a directory; the Penn Treebank is "
                      "licensed and not shipped with this code: point to your own copy")
   entries = sorted(p for p in root.iterdir() if not p.name.startswith("."))
   named = {split: [str(p) for p in entries if p.name.startswith(split)] for split in SPLITS}
@@ -60,7 +65,7 @@ def find_treebank_files(treebank_dir: str) -> dict[str, list[str]]:
   if all(s in sections for split in SPLITS for s in WSJ_SECTIONS[split]):
     return {split: [str(sections[s]) for s in WSJ_SECTIONS[split]] for split in SPLITS}
   missing = [split for split in SPLITS if not named[split]]
-  raise SystemExit(
+  raise FileNotFoundError(
       f"{treebank_dir} has no {'/'.join(missing)} files and not the WSJ sections 02-23: "
       "put train*, dev* and test* files there (or pass --train/--dev/--test)")
 
@@ -76,12 +81,10 @@ def write_parallel(trees: Sequence[parsing.Tree], prefix: pathlib.Path) -> str:
 def load_split(paths: Sequence[str], split: str) -> list[parsing.Tree]:
   try:
     trees = [parsing.clean(t) for t in parsing.read_treebank(paths)]
-  except FileNotFoundError as e:
-    raise SystemExit(str(e)) from None
   except ValueError as e:
-    raise SystemExit(f"cannot read the {split} trees: {e}") from None
+    raise ValueError(f"cannot read the {split} trees: {e}") from None
   if not trees:
-    raise SystemExit(f"no trees found in the {split} files {list(paths)}")
+    raise ValueError(f"no trees found in the {split} files {list(paths)}")
   return trees
 
 
@@ -96,8 +99,6 @@ def score(gold: Sequence[parsing.Tree], hypotheses: Sequence[str]) -> tuple[dict
 def run(cfg: configs.TransformerConfig, workdir: str | os.PathLike,
         files: dict[str, Sequence[str]]) -> dict[str, Any]:
   """Converts the treebank, trains, decodes the test set; returns and writes the scores."""
-  from t2t_jax import experiment  # pylint: disable=g-import-not-at-top
-
   trees = {split: load_split(files[split], split) for split in SPLITS}
   workdir = pathlib.Path(workdir)
   data_dir = (workdir / "treebank").absolute()  # the config records where the pairs are
@@ -105,7 +106,7 @@ def run(cfg: configs.TransformerConfig, workdir: str | os.PathLike,
   specs = {split: write_parallel(trees[split], data_dir / split) for split in SPLITS}
   cfg = cfg.replace(dataset="text", train_files=specs["train"], dev_files=specs["dev"],
                     test_files=specs["test"])
-  logging.info("Treebank: %s trees", {split: len(t) for split, t in trees.items()})
+  log.info("Treebank: %s trees", {split: len(t) for split, t in trees.items()})
 
   results = experiment.run(cfg, workdir)
   hypotheses = (workdir / "test.hyp").read_text(encoding="utf-8").split("\n")[:len(trees["test"])]
@@ -114,35 +115,28 @@ def run(cfg: configs.TransformerConfig, workdir: str | os.PathLike,
       "".join(parsing.to_string(t) + "\n" for t in predicted), encoding="utf-8")
   out = {"test": scores, "trees": {split: len(t) for split, t in trees.items()},
          "paper_f1_wsj_only": 91.3, "train": results.get("train")}
-  experiment.write_json_atomic(workdir / "parsing_results.json", out)
+  workdir_lib.write_json_atomic(workdir / "parsing_results.json", out)
   return out
 
 
-def main(argv: Optional[Sequence[str]] = None) -> dict[str, Any]:
-  argv = list(sys.argv[1:] if argv is None else argv)
-  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-  if any(a in ("-h", "--help") for a in argv):
-    print(__doc__)
-    return {}
-  try:
-    cfg, rest = configs.from_args(argv, default="parsing", defaults=SCRIPT_DEFAULTS)
-  except ValueError as e:
-    raise SystemExit(f"error: {e}") from None
-  flags = {"workdir": "runs/parsing", "treebank_dir": None, "train": None, "dev": None,
-           "test": None}
-  for arg in rest:
-    key, sep, value = arg.removeprefix("--").partition("=")
-    if not arg.startswith("--") or key not in flags or not sep:
-      raise SystemExit(f"unknown argument {arg!r}; see experiments/parsing_wsj.py --help")
-    flags[key] = value
-  if flags["treebank_dir"]:
-    files = find_treebank_files(flags["treebank_dir"])
-  elif all(flags[s] for s in SPLITS):
-    files = {s: flags[s].split(",") for s in SPLITS}
+@cli.command
+def main(argv: Optional[Sequence[str]] = None,
+         prog: str = "python -m t2t_jax.parsing_experiment") -> dict[str, Any]:
+  parser = cli.parser(prog, __doc__, config="parsing")
+  parser.add_argument("--workdir", default="runs/parsing", help="where the run lives")
+  parser.add_argument("--treebank_dir", help="your Penn Treebank (see above)")
+  for split in SPLITS:
+    parser.add_argument(f"--{split}", help=f"comma-separated {split} tree files "
+                        "(instead of --treebank_dir)")
+  args = parser.parse_args(argv)
+  if args.treebank_dir:
+    files = find_treebank_files(args.treebank_dir)
+  elif all(getattr(args, s) for s in SPLITS):
+    files = {s: getattr(args, s).split(",") for s in SPLITS}
   else:
-    raise SystemExit("give --treebank_dir=DIR or all of --train=, --dev= and --test= "
-                     "(your own Penn Treebank files: it is licensed and not shipped)")
-  out = run(cfg, flags["workdir"], files)
+    parser.error("give --treebank_dir=DIR or all of --train=, --dev= and --test= "
+                 "(your own Penn Treebank files: it is licensed and not shipped)")
+  out = run(cli.config(args, SCRIPT_DEFAULTS), args.workdir, files)
   test = out["test"]
   print(f"Section-23-style test set: labelled F1 {test['f1']:.2f} (precision "
         f"{test['precision']:.2f}, recall {test['recall']:.2f}, {test['sentences']} sentences); "

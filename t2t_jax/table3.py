@@ -23,6 +23,10 @@ and `<workdir>/table3.json` hold the table so far, ours beside the paper's.
 
 Hardware and time (paper): 8 P100 GPUs, 0.4 s/step for base: 100K steps take 12 h
 per row. Expected: the paper's columns of the table (base: PPL 4.92, BLEU 25.8).
+
+`--param_counts` prints our parameter count for every row beside the paper's
+column instead (no training; `--config.vocab_size` sets the vocabulary, 37000
+by default, as section 5.1 says).
 """
 
 from __future__ import annotations
@@ -31,10 +35,15 @@ import json
 import logging
 import os
 import pathlib
-import sys
 from typing import Any, Optional, Sequence
 
+from t2t_jax import checkpoint
+from t2t_jax import cli
 from t2t_jax import configs
+from t2t_jax import data
+from t2t_jax import evaluate
+from t2t_jax import train
+from t2t_jax import workdir as workdir_lib
 
 ROWS = ("base", *configs.TABLE3_ROWS, "big")
 # Fields that define a row's model (Table 3's columns); `--dataset=demo` keeps
@@ -43,14 +52,14 @@ _MODEL_FIELDS = {"num_layers", "d_model", "d_ff", "num_heads", "d_k", "d_v", "dr
                  "label_smoothing", "positional_encoding", "average_last"}
 _LABELS = {"num_layers": "N", "num_heads": "h", "dropout_rate": "P_drop",
            "label_smoothing": "eps_ls", "num_train_steps": "steps"}
-log = logging.getLogger("table3")
+log = logging.getLogger(__name__)
 
 
 def parse_rows(text: str) -> list[str]:
   names = list(ROWS) if text == "all" else [r.strip() for r in text.split(",") if r.strip()]
   unknown = [r for r in names if r not in ROWS]
   if unknown or not names:
-    raise SystemExit(f"unknown --rows {unknown or text!r}; choose from {', '.join(ROWS)} or all")
+    raise ValueError(f"unknown --rows {unknown or text!r}; choose from {', '.join(ROWS)} or all")
   return names
 
 
@@ -63,23 +72,18 @@ def dataset_defaults(dataset: Optional[str]) -> dict[str, Any]:
   return {"dataset": dataset}
 
 
-def row_config(row: str, config_args: Sequence[str], dataset: Optional[str],
+def row_config(row: str, overrides: dict[str, Any], dataset: Optional[str],
                steps: Optional[int]) -> configs.TransformerConfig:
-  """The row's preset, then the dataset's settings and `--steps`, then `--config.*`."""
+  """The row's preset, then the dataset's settings and `steps`, then `overrides` (--config.*)."""
   defaults = dataset_defaults(dataset)
   if steps is not None:
     defaults["num_train_steps"] = steps
-  try:
-    cfg, rest = configs.from_args([f"--config={row}", *config_args], defaults=defaults)
-  except ValueError as e:
-    raise SystemExit(f"error: {e}") from None
-  assert not rest, rest
   own = configs.PRESETS[row]
-  for arg in config_args:
-    field = arg[len("--config."):].partition("=")[0]
-    if field in own and getattr(cfg, field) != own[field]:
-      log.warning("%s replaces row %s's own %s=%r", arg, row, field, own[field])
-  return cfg
+  for field, value in overrides.items():
+    if field in own and value != own[field]:
+      log.warning("--config.%s=%r replaces row %s's own %s=%r", field, value, row, field,
+                  own[field])
+  return configs.get_config(row, **{**defaults, **overrides})
 
 
 def describe_row(row: str) -> str:
@@ -104,8 +108,6 @@ def _share(workdir: pathlib.Path, row_dir: pathlib.Path) -> None:
 
 def run_row(row: str, cfg: configs.TransformerConfig, workdir: pathlib.Path) -> dict[str, Any]:
   """Trains one row (or resumes it), then decodes the dev set with its last checkpoint."""
-  from t2t_jax import checkpoint, data, evaluate, experiment, train  # pylint: disable=g-import-not-at-top
-
   row_dir = workdir / row
   result_path = row_dir / "row.json"
   if result_path.exists():
@@ -115,12 +117,12 @@ def run_row(row: str, cfg: configs.TransformerConfig, workdir: pathlib.Path) -> 
       return done
   row_dir.mkdir(parents=True, exist_ok=True)
   _share(workdir, row_dir)
-  experiment.check_or_write_config(cfg, row_dir)
+  workdir_lib.check_or_write_config(cfg, row_dir)
   log.info("Row %s (%s): training %d steps in %s", row, describe_row(row),
            cfg.num_train_steps, row_dir)
-  summary = train.train_and_evaluate(cfg, row_dir)
-  params = checkpoint.load_params(row_dir, averaged=False)  # Table 3: no averaging
   ds = data.prepare(cfg, str(row_dir))
+  summary = train.train_and_evaluate(cfg, row_dir, ds)
+  params = checkpoint.load_params(row_dir, averaged=False)  # Table 3: no averaging
   bleu = evaluate.decode_and_score(cfg, params, ds.tokenizer, ds.dev_sources(),
                                    ds.dev_references(), row_dir / "dev.hyp")
   paper_ppl, paper_bleu = configs.PAPER_DEV[row]
@@ -135,7 +137,7 @@ def run_row(row: str, cfg: configs.TransformerConfig, workdir: pathlib.Path) -> 
       "train_wall_time_s": summary["wall_time_s"], "num_devices": summary["num_devices"],
       "device_kind": summary["device_kind"], "config": configs.to_dict(cfg),
   }
-  experiment.write_json_atomic(result_path, result)
+  workdir_lib.write_json_atomic(result_path, result)
   return result
 
 
@@ -166,40 +168,47 @@ def markdown(results: Sequence[dict[str, Any]], dataset: str) -> str:
 
 
 def write_table(results: Sequence[dict[str, Any]], workdir: pathlib.Path, dataset: str) -> None:
-  from t2t_jax import experiment  # pylint: disable=g-import-not-at-top
-
   table = [{k: v for k, v in r.items() if k != "config"} for r in results]
-  experiment.write_json_atomic(workdir / "table3.json", {"dataset": dataset, "rows": table})
+  workdir_lib.write_json_atomic(workdir / "table3.json", {"dataset": dataset, "rows": table})
   (workdir / "table3.md").write_text(markdown(results, dataset))
 
 
-def main(argv: Optional[Sequence[str]] = None) -> list[dict[str, Any]]:
-  argv = list(sys.argv[1:] if argv is None else argv)
-  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s")
-  if any(a in ("-h", "--help") for a in argv):
-    print(__doc__)
-    return []
-  flags: dict[str, Optional[str]] = {"rows": None, "steps": None, "workdir": "runs/table3",
-                                     "dataset": None}
-  config_args = []
-  for arg in argv:
-    key, sep, value = arg.removeprefix("--").partition("=")
-    if arg.startswith("--config."):
-      config_args.append(arg)
-    elif arg.startswith("--") and key in flags and sep:
-      flags[key] = value
+def param_counts(vocab_size: int = 37000) -> str:
+  """Our parameter count beside Table 3's column for base, every row and big."""
+  lines = [f"{'row':<5} {'ours (M)':>9} {'paper (M)':>10} {'diff':>7}"]
+  for name in ROWS:
+    ours = configs.count_params(configs.get_config(name, vocab_size=vocab_size)) / 1e6
+    paper = configs.PAPER_PARAMS_M.get(name)
+    if paper is None:
+      lines.append(f"{name:<5} {ours:>9.1f} {'-':>10} {'-':>7}")
     else:
-      raise SystemExit(f"unknown argument {arg!r} (rows are chosen with --rows, not --config=); "
-                       "see experiments/table3.py --help")
-  if not flags["rows"]:
-    raise SystemExit(f"give --rows=ROW,ROW,... or --rows=all (rows: {', '.join(ROWS)})")
-  rows = parse_rows(flags["rows"])
-  try:
-    steps = None if flags["steps"] is None else int(flags["steps"])
-  except ValueError:
-    raise SystemExit(f"--steps={flags['steps']} is not an integer") from None
-  cfgs = {row: row_config(row, config_args, flags["dataset"], steps) for row in rows}
-  workdir = pathlib.Path(flags["workdir"])
+      lines.append(f"{name:<5} {ours:>9.1f} {paper:>10.0f} {(ours - paper) / paper:>+7.1%}")
+  return "\n".join(lines)
+
+
+@cli.command
+def main(argv: Optional[Sequence[str]] = None,
+         prog: str = "python -m t2t_jax.table3") -> list[dict[str, Any]]:
+  parser = cli.parser(prog, __doc__, fields=True)
+  parser.add_argument("--rows", help=f"comma-separated rows of {', '.join(ROWS)}, or all")
+  parser.add_argument("--steps", type=int, help="training steps of every row "
+                      "(default: the preset's)")
+  parser.add_argument("--workdir", default="runs/table3", help="one subdirectory per row")
+  parser.add_argument("--dataset", help="demo, or a config.dataset value (default: WMT14 En-De)")
+  parser.add_argument("--param_counts", action="store_true",
+                      help="print the parameter counts beside the paper's and stop")
+  args = parser.parse_args(argv)
+  overrides = cli.overrides(args)
+  if args.param_counts:
+    vocab_size = overrides.get("vocab_size", configs.get_config("base").vocab_size)
+    print(f"Parameters at vocab_size={vocab_size} (docs/model.md explains the gaps)")
+    print(param_counts(vocab_size))
+    return []
+  if not args.rows:
+    parser.error(f"give --rows=ROW,ROW,... or --rows=all (rows: {', '.join(ROWS)})")
+  rows = parse_rows(args.rows)
+  cfgs = {row: row_config(row, overrides, args.dataset, args.steps) for row in rows}
+  workdir = pathlib.Path(args.workdir)
   workdir.mkdir(parents=True, exist_ok=True)
   dataset = cfgs[rows[0]].dataset
   results = []

@@ -1,0 +1,19 @@
+"""English constituency parsing as translation (section 6.3, Table 4) on your Penn Treebank.
+
+  python experiments/parsing_wsj.py --treebank_dir=/data/wsj --workdir=runs/parsing
+  python experiments/parsing_wsj.py --train=02-21.mrg --dev=22.mrg --test=23.mrg \\
+      --workdir=runs/parsing --config.num_train_steps=50000
+
+The treebank layouts, the pipeline, the outputs and the expected F1:
+t2t_jax/parsing_experiment.py (or `--help`).
+"""
+
+from t2t_jax import parsing_experiment
+
+
+def main(argv=None):
+  return parsing_experiment.main(argv, prog="experiments/parsing_wsj.py")
+
+
+if __name__ == "__main__":
+  main()
