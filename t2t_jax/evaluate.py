@@ -36,6 +36,7 @@ import sacremoses
 
 from t2t_jax import cli
 from t2t_jax import inference
+from t2t_jax import textio
 
 # What replace-unicode-punctuation.perl does to quotes, plus get_ende_bleu.sh's „ rule.
 _QUOTES = str.maketrans({"„": '"', "“": '"', "”": '"', "’": "'"})
@@ -85,16 +86,6 @@ def bleu_scores(hyps: Sequence[str], refs: Sequence[str], lang: str) -> dict[str
   }
 
 
-def read_lines(path: str | os.PathLike) -> list[str]:
-  """Lines split on "\\n" only (not on the other characters str.splitlines takes as breaks)."""
-  with open(path, encoding="utf-8", newline="") as f:
-    text = f.read()
-  lines = text.split("\n")
-  if lines and lines[-1] == "":
-    lines.pop()
-  return [line[:-1] if line.endswith("\r") else line for line in lines]
-
-
 def decode_and_score(cfg, params: Any, tokenizer, sources: Sequence[str], references: Sequence[str],
                      out_path: str | os.PathLike, **settings: Any) -> dict[str, Any]:
   """Translates `sources` with `params`, writes the hypotheses to `out_path`, scores them.
@@ -125,7 +116,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   bleu.add_argument("--ref", required=True, help="detokenised references, one per line")
   bleu.add_argument("--lang", required=True, help="target language, e.g. de or fr")
   args = parser.parse_args(argv)
-  scores = bleu_scores(read_lines(args.hyp), read_lines(args.ref), args.lang)
+  scores = bleu_scores(textio.read_lines(args.hyp), textio.read_lines(args.ref), args.lang)
   json.dump(scores, sys.stdout, indent=2, ensure_ascii=False)
   sys.stdout.write("\n")
 

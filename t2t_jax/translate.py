@@ -16,27 +16,14 @@ t2t_jax/inference.py.
 from __future__ import annotations
 
 import argparse
-import io
 import pathlib
 import sys
-from typing import Optional, Sequence, TextIO
+from typing import Optional, Sequence
 
 from t2t_jax import cli
 from t2t_jax import inference
+from t2t_jax import textio
 from t2t_jax import workdir as workdir_lib
-
-
-def _read_input(path: Optional[str]) -> list[str]:
-  # Only "\n" ends a line: a stray "\r", "\x0b" or U+2028 inside a sentence stays
-  # in it, so the output has as many lines as the input. Undecodable bytes become U+FFFD.
-  stream: TextIO
-  if path is None:
-    stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline="\n")
-  else:
-    stream = open(path, encoding="utf-8", errors="replace", newline="\n")
-  with stream:
-    lines = [line[:-1] if line.endswith("\n") else line for line in stream]
-  return [line[:-1] if line.endswith("\r") else line for line in lines]
 
 
 def _write_output(path: Optional[str], lines: Sequence[str]) -> None:
@@ -73,7 +60,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
       ("max_decode_extra", args.max_decode_extra), ("decode_batch_size", args.batch_size))
                if value is not None}
   translator = inference.Translator(args.workdir, average=args.average, **overrides)
-  lines = _read_input(args.input)
+  # Undecodable bytes become U+FFFD, so every input line still gets an output line.
+  lines = textio.read_lines(args.input or sys.stdin.buffer, errors="replace")
   _write_output(args.output, translator.translate(lines))
 
 

@@ -21,6 +21,7 @@ from t2t_jax import demo_corpus
 from t2t_jax import evaluate
 from t2t_jax import inference
 from t2t_jax import model
+from t2t_jax import textio
 from t2t_jax import translate
 from t2t_jax import vocab
 
@@ -125,7 +126,7 @@ def test_command_line_stdin_to_stdout_and_files(workdir, translator, monkeypatch
   translate.main(["--workdir", str(workdir), "--input", str(source), "--output", str(target),
                   "--beam_size", "3", "--alpha", "0.2", "--max_decode_extra", "1",
                   "--batch_size", "2", "--no-average"])
-  assert len(evaluate.read_lines(target)) == 4
+  assert len(textio.read_lines(target)) == 4
   assert len(calls) == 2  # three non-empty lines, two per batch
   for shape, settings in calls:
     assert shape[0] <= 2
@@ -157,7 +158,7 @@ def test_decode_and_score_writes_hypotheses_and_three_scores(translator, tmp_pat
   scores = evaluate.decode_and_score(translator.cfg, translator.params, translator.tokenizer,
                                      sources, references, out)
   assert {"sacrebleu", "sacrebleu_intl", "paper"} <= set(scores)
-  hyps = evaluate.read_lines(out)
+  hyps = textio.read_lines(out)
   assert hyps == translator.translate(sources, warn=lambda _: None)
   assert scores["sacrebleu"]["score"] == pytest.approx(
       evaluate.bleu_scores(hyps, references, "de")["sacrebleu"]["score"])
