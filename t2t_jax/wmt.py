@@ -38,8 +38,9 @@ def _prepare_hint(name: str, data_dir: Optional[str]) -> str:
 def builder(cfg, download: bool = True):
   """The prepared tfds builder for config.dataset; prepares it first when allowed.
 
-  Stops with a one-line message saying how to prepare the data elsewhere when
-  it is not prepared and cannot be downloaded here.
+  Raises a one-line FileNotFoundError saying how to prepare the data elsewhere
+  when it is not prepared and cannot be downloaded here; ValueError for an
+  unknown dataset or language.
   """
   import tensorflow as tf
   import tensorflow_datasets as tfds
@@ -49,17 +50,17 @@ def builder(cfg, download: bool = True):
   try:
     b = tfds.builder(cfg.dataset, data_dir=data_dir)
   except Exception as e:  # unknown name or config: say which
-    raise SystemExit(f"unknown tfds dataset {cfg.dataset!r} ({type(e).__name__}: "
+    raise ValueError(f"unknown tfds dataset {cfg.dataset!r} ({type(e).__name__}: "
                      f"{str(e).splitlines()[0] if str(e) else ''}); use e.g. "
                      "'wmt14_translate/de-en', 'demo' or 'text'") from None
   languages = set(b.info.features.keys()) if hasattr(b.info.features, "keys") else set()
   for lang in (cfg.source_lang, cfg.target_lang):
     if languages and lang not in languages:
-      raise SystemExit(f"{cfg.dataset} has languages {sorted(languages)}, not {lang!r}; "
+      raise ValueError(f"{cfg.dataset} has languages {sorted(languages)}, not {lang!r}; "
                        "set --config.source_lang/--config.target_lang")
   if not b.is_prepared():
     if not download:
-      raise SystemExit(f"{cfg.dataset} is not prepared in {data_dir or 'the tfds default dir'}"
+      raise FileNotFoundError(f"{cfg.dataset} is not prepared in {data_dir or 'the tfds default dir'}"
                        f"; {_prepare_hint(cfg.dataset, data_dir)}")
     log.info("Preparing %s in %s (downloads several GB the first time)", cfg.dataset,
              data_dir or "the tfds default data dir")
@@ -67,7 +68,7 @@ def builder(cfg, download: bool = True):
       b.download_and_prepare()
     except Exception as e:  # offline, or a mirror is down: one clear line, no traceback
       reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-      raise SystemExit(f"{cfg.dataset} is not prepared and could not be downloaded "
+      raise FileNotFoundError(f"{cfg.dataset} is not prepared and could not be downloaded "
                        f"({type(e).__name__}: {reason}); {_prepare_hint(cfg.dataset, data_dir)}"
                        ) from None
   return b
