@@ -44,7 +44,7 @@ def test_mistakes_give_one_line_naming_the_flag_and_what_it_accepts(capsys):
   err = _usage_error(capsys, ["--config.num_layers=six"])
   assert "--config.num_layers: bad value 'six': num_layers accepts a positive integer" in err
   err = _usage_error(capsys, ["--config.num_layers=none"])  # not an Optional field
-  assert "num_layers accepts a positive integer\n" in err
+  assert "bad value 'none': num_layers accepts a positive integer (" in err
   assert "d_k accepts a positive integer or None" in _usage_error(capsys, ["--config.d_k=x"])
   assert "unknown --config=huge; choose one of base" in _usage_error(capsys, ["--config=huge"])
   assert "unrecognized arguments: --wrokdir=x" in _usage_error(capsys, ["--wrokdir=x"])
