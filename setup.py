@@ -19,7 +19,7 @@ setuptools.setup(
     entry_points={
         "console_scripts": [
             "t2t-translate=t2t_jax.translate:main",
-            "t2t-average-checkpoints=t2t_jax.checkpoint:main",
+            "t2t-average-checkpoints=t2t_jax.checkpoint_cli:main",
         ],
     },
 )

@@ -12,14 +12,12 @@ parsing or demo (the default: the generated corpus, minutes on a CPU).
 Running the same command again on the same --workdir resumes where it stopped.
 """
 
-import sys
-
-from t2t_jax import cli
+from t2t_jax import experiment
 
 
-def main(argv: list[str]) -> None:
-  cli.main(argv, script=__file__, language_pair="de")
+def main(argv=None):
+  return experiment.main(argv, script=__file__, language_pair="de", doc=__doc__)
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:])
+  main()

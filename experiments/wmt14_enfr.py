@@ -8,14 +8,12 @@ Same presets and flags as wmt14_ende.py; the dataset is wmt14_translate/fr-en
 P_drop = 0.1 (section 6.1), all overridable with `--config.<field>=<value>`.
 """
 
-import sys
-
-from t2t_jax import cli
+from t2t_jax import experiment
 
 
-def main(argv: list[str]) -> None:
-  cli.main(argv, script=__file__, language_pair="fr")
+def main(argv=None):
+  return experiment.main(argv, script=__file__, language_pair="fr", doc=__doc__)
 
 
 if __name__ == "__main__":
-  main(sys.argv[1:])
+  main()

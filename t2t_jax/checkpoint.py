@@ -2,7 +2,6 @@
 
 Layout of a work directory:
   checkpoints/<step>/state    TrainState pytree (StandardSave; host NumPy arrays)
-  checkpoints/<step>/rng      the root PRNG key's data (uint32), when given
   checkpoints/<step>/meta     JSON: the caller's `extras` (data iterator position, ...)
   averaged/<step>/params      mean of the last N checkpoints' params (float32)
   averaged/<step>/info        JSON: which steps were averaged
@@ -11,22 +10,22 @@ Orbax writes every step into `<step>.orbax-checkpoint-tmp` and renames it when
 complete, so a run killed mid-save leaves only finished checkpoints behind; the
 next `Checkpointer` deletes the leftover temporary directory. Arrays are stored
 unreplicated and without sharding, so a checkpoint restores onto any number of
-devices. Single-host only (the state must be fully addressable).
+devices. Single-host only (the state must be fully addressable). The dropout
+key is not saved: it is derived from `cfg.seed` and the step (docs/training.md).
+The console script `t2t-average-checkpoints` is checkpoint_cli.py.
 """
 
 from __future__ import annotations
 
-import argparse
 import json
+import logging
 import os
 import pathlib
-import sys
 import time
 import warnings
 from typing import Any, Callable, Optional, Sequence
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
@@ -36,6 +35,8 @@ from t2t_jax import configs
 CHECKPOINT_DIR = "checkpoints"
 AVERAGED_DIR = "averaged"
 CORRUPT_SUFFIX = ".corrupt"
+
+log = logging.getLogger(__name__)
 
 PyTree = Any
 
@@ -52,8 +53,8 @@ def _host_copy(tree: PyTree) -> PyTree:
   """
   def copy(x):
     if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
-      raise ValueError("typed PRNG keys cannot be stored in the state; pass the key as "
-                       "maybe_save(..., rng=key) instead")
+      raise ValueError("typed PRNG keys cannot be stored in a checkpoint; derive the key "
+                       "from the config's seed instead")
     return np.array(x, copy=True)
   return jax.tree.map(copy, jax.device_get(tree))
 
@@ -86,8 +87,8 @@ def _registry(tree_handler: type[ocp.CheckpointHandler]) -> Any:
   (same files), which can restore the params without the optimiser state.
   """
   return ocp.handlers.create_default_handler_registry(
-      state=tree_handler(), rng=ocp.StandardCheckpointHandler(), meta=ocp.JsonCheckpointHandler(),
-      params=tree_handler(), info=ocp.JsonCheckpointHandler())
+      state=tree_handler(), meta=ocp.JsonCheckpointHandler(), params=tree_handler(),
+      info=ocp.JsonCheckpointHandler())
 
 
 def _read_manager(directory: pathlib.Path) -> ocp.CheckpointManager:
@@ -165,8 +166,8 @@ class Checkpointer:
     return self._is_new(step) and (by_steps or by_time)
 
   def maybe_save(self, step: int, state: PyTree, extras: Optional[dict] = None,
-                 force: bool = False, *, rng: Optional[jax.Array] = None) -> bool:
-    """Saves `state` (unreplicated), `extras` (JSON) and the `rng` key's data if due.
+                 force: bool = False) -> bool:
+    """Saves `state` (unreplicated) and `extras` (JSON) if due.
 
     `force` saves regardless of the intervals (e.g. at the end of training), but
     never a step at or before the latest saved one. Returns whether it saved.
@@ -175,38 +176,22 @@ class Checkpointer:
     if not (self._is_new(step) and (force or self.should_save(step))):
       return False
     extras = _json_clean({} if extras is None else extras, "extras")
-    meta = {"extras": extras, "saved_at": time.time(), "rng_impl": None}
-    items = {"state": ocp.args.StandardSave(_host_copy(state))}
-    if rng is not None:
-      typed = jax.dtypes.issubdtype(rng.dtype, jax.dtypes.prng_key)
-      meta["rng_impl"] = str(jax.random.key_impl(rng)) if typed else "raw"
-      data = jax.random.key_data(rng) if typed else rng
-      items["rng"] = ocp.args.StandardSave({"key_data": _host_copy(data)})
-    items["meta"] = ocp.args.JsonSave(meta)
-    self._manager.save(step, args=ocp.args.Composite(**items), force=True)
+    meta = {"extras": extras, "saved_at": time.time()}
+    self._manager.save(step, force=True, args=ocp.args.Composite(
+        state=ocp.args.StandardSave(_host_copy(state)), meta=ocp.args.JsonSave(meta)))
     self._last_save_time = self._clock()
     return True
 
   def _restore_step(self, step: int, target: PyTree) -> tuple[PyTree, dict]:
-    meta = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-    meta = meta["meta"]
-    items = {"state": ocp.args.StandardRestore(target)}
-    if meta.get("rng_impl") is not None:
-      items["rng"] = ocp.args.StandardRestore()
-    restored = self._manager.restore(step, args=ocp.args.Composite(**items))
-    extras = dict(meta["extras"])
-    if meta.get("rng_impl") is not None:
-      data = np.asarray(restored["rng"]["key_data"])
-      extras["rng"] = (jnp.asarray(data) if meta["rng_impl"] == "raw"
-                       else jax.random.wrap_key_data(data, impl=meta["rng_impl"]))
-    return restored["state"], extras
+    restored = self._manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
+    return restored["state"], dict(restored["meta"]["extras"])
 
   def restore_latest(self, target_state: PyTree) -> Optional[tuple[PyTree, dict]]:
     """The newest checkpoint that restores, as (state, extras); None when there is none.
 
     `target_state` gives the structure, shapes and dtypes (real arrays or
-    `jax.eval_shape` output); the restored leaves are host NumPy arrays. If the
-    saved `rng` was given, `extras["rng"]` holds it as a key again. A newer
+    `jax.eval_shape` output); the restored leaves are host NumPy arrays. A newer
     checkpoint that fails to restore while an older one succeeds is broken: it
     is renamed to `<step>.corrupt` with a warning, and the older one is used. If
     none restores (e.g. the config changed), the error is raised and nothing moves.
@@ -357,7 +342,7 @@ def averaged_steps(workdir: str | os.PathLike) -> list[int]:
 def load_params(workdir: str | os.PathLike, averaged: bool = True) -> PyTree:
   """Host params: the averaged ones if `averaged` and present, else the latest checkpoint's.
 
-  Says on stderr which ones it loaded.
+  Logs which ones it loaded.
   """
   workdir = pathlib.Path(workdir).absolute()
   directory = workdir / CHECKPOINT_DIR
@@ -370,8 +355,8 @@ def load_params(workdir: str | os.PathLike, averaged: bool = True) -> PyTree:
                     f"({_describe(e)}); using the latest checkpoint", CheckpointWarning,
                     stacklevel=2)
     else:
-      print(f"Loaded the average of steps {info['averaged_steps']} from "
-            f"{workdir / AVERAGED_DIR / str(step)}", file=sys.stderr)
+      log.info("Loaded the average of steps %s from %s", info["averaged_steps"],
+               workdir / AVERAGED_DIR / str(step))
       if checkpoint_steps and checkpoint_steps[-1] > step:
         warnings.warn(f"{workdir / AVERAGED_DIR} averages up to step {step} but {directory} "
                       f"has step {checkpoint_steps[-1]}; run t2t-average-checkpoints "
@@ -381,40 +366,8 @@ def load_params(workdir: str | os.PathLike, averaged: bool = True) -> PyTree:
     raise FileNotFoundError(f"no checkpoints in {directory}: train into {workdir} first")
   with _read_manager(directory) as manager:
     for step, params in _newest_loadable(manager, directory, checkpoint_steps):
-      print(f"Loaded the params of step {step} from {directory / str(step)}"
-            f"{' (no averaged checkpoint)' if averaged else ''}", file=sys.stderr)
+      log.info("Loaded the params of step %d from %s%s", step, directory / str(step),
+               " (no averaged checkpoint)" if averaged else "")
       return params
   raise FileNotFoundError(f"none of the checkpoints {checkpoint_steps} in {directory} loads")
 
-
-def main(argv: Optional[Sequence[str]] = None) -> None:
-  """`t2t-average-checkpoints --workdir W [--last N]`."""
-  parser = argparse.ArgumentParser(
-      prog="t2t-average-checkpoints",
-      description="Average the params of a run's last N checkpoints into WORKDIR/averaged "
-                  "(section 6.1: the last 5 for base models, 20 for big).")
-  parser.add_argument("--workdir", required=True, help="the training run's work directory")
-  parser.add_argument("--last", type=int, default=None,
-                      help="how many checkpoints to average (default: the run's "
-                           "config.json average_last, else 5)")
-  args = parser.parse_args(argv)
-  last = args.last
-  if last is None:
-    config_path = pathlib.Path(args.workdir) / "config.json"
-    last = json.loads(config_path.read_text()).get("average_last", 5) \
-        if config_path.exists() else 5
-  if last < 1:
-    parser.error(f"--last={last} must be at least 1")
-  try:
-    params = average_checkpoints(args.workdir, last=last)
-  except FileNotFoundError as e:
-    raise SystemExit(f"t2t-average-checkpoints: {e}") from None
-  directory = pathlib.Path(args.workdir).absolute() / AVERAGED_DIR
-  _, step, info = _load_averaged(directory, with_params=False)
-  count = sum(x.size for x in jax.tree.leaves(params))
-  print(f"Averaged steps {info['averaged_steps']} ({count:,} parameters) into "
-        f"{directory / str(step)}")
-
-
-if __name__ == "__main__":
-  main()

@@ -1,111 +1,179 @@
-"""Command line of the experiment scripts: flags, per-preset notes, logging."""
+"""The one command line of every script, and the one way a command fails.
+
+    parser = cli.parser("t2t-foo", __doc__, config="demo")  # config=None: no config flags
+    parser.add_argument("--workdir", ...)                    # the script's own flags
+    args = parser.parse_args(argv)
+    cfg = cli.config(args, defaults={...})   # the preset, then `defaults`, then --config.<field>
+    cfg = cli.parse_config(["--config=demo", "--config.d_model=64"])   # config flags alone
+
+`--config=<preset>` names a preset of configs.py and `--config.<field>=<value>`
+sets any field of `TransformerConfig`, typed by the field's annotation. A
+mistake in the command line (an unknown flag, preset or field, a value of the
+wrong type) ends the command with one line naming the flag and what it
+accepts, and exit status 2.
+
+`@cli.command` wraps a script's `main(argv)`: it sets up logging, and turns the
+ordinary exceptions library code raises on bad input or a failed run
+(OSError, ValueError, FloatingPointError, RuntimeError) into one line on
+stderr and exit status 1. Anything else is a bug and keeps its traceback.
+"""
 
 from __future__ import annotations
 
+import argparse
+import dataclasses
+import difflib
+import functools
 import logging
-import os
 import sys
+import typing
+from typing import Any, Callable, Optional, Sequence
 
 from t2t_jax import configs
 
-# Per language pair: the dataset and vocabulary the paper used (section 5.1).
-_LANGUAGE_DEFAULTS = {
-    "de": dict(dataset="wmt14_translate/de-en", target_lang="de", vocab_size=37000),
-    "fr": dict(dataset="wmt14_translate/fr-en", target_lang="fr", vocab_size=32000),
-}
-
-# The paper's figures each preset is expected to reproduce (PAPER.md, Tables 2 and 3).
-_PAPER_TEST_BLEU = {("base", "de"): 27.3, ("big", "de"): 28.4,
-                    ("base", "fr"): 38.1, ("big", "fr"): 41.8}
+_FIELDS = {f.name: f for f in dataclasses.fields(configs.TransformerConfig)}
+_HINTS = typing.get_type_hints(configs.TransformerConfig)
+_PREFIX = "config."
+# What a command reports in one line; other exceptions are bugs and keep their traceback.
+USER_ERRORS = (OSError, ValueError, FloatingPointError, RuntimeError)
 
 
-def preset_defaults(name: str, language_pair: str) -> dict:
-  """Script-level defaults applied between the preset and the command line."""
-  if name in ("demo", "parsing"):
-    return {}
-  defaults = dict(_LANGUAGE_DEFAULTS[language_pair])
-  if name == "big" and language_pair == "fr":
-    defaults["dropout_rate"] = 0.1  # section 6.1: big En-Fr used P_drop = 0.1
-  return defaults
+class _Parser(argparse.ArgumentParser):
+  """argparse with one-line errors and a clear message for unknown config fields."""
+
+  def error(self, message: str) -> typing.NoReturn:
+    self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+  def parse_args(self, args: Optional[Sequence[str]] = None,
+                 namespace: Optional[argparse.Namespace] = None) -> argparse.Namespace:
+    parsed, rest = self.parse_known_args(args, namespace)
+    for arg in rest:
+      if arg.startswith("--" + _PREFIX):
+        name = arg[len("--" + _PREFIX):].partition("=")[0]
+        close = difflib.get_close_matches(name, _FIELDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        self.error(f"unknown config field {name!r}{hint}; the fields are in t2t_jax/configs.py")
+    if rest:
+      self.error(f"unrecognized arguments: {' '.join(rest)}")
+    return parsed
 
 
-def default_workdir(name: str, language_pair: str) -> str:
-  prefix = "" if language_pair == "de" or name in ("demo", "parsing") else "enfr_"
-  return os.path.join("runs", prefix + name.lower())
+def _field_type(name: str) -> Callable[[str], Any]:
+  """The text -> value function of one config field; its error says what the field accepts."""
+  kind, optional = configs._base_type(_HINTS[name])  # pylint: disable=protected-access
+
+  def parse(text: str) -> Any:
+    if optional and text.lower() in ("none", "null"):
+      return None
+    if kind is bool:
+      if text.lower() in ("1", "true", "yes"):
+        return True
+      if text.lower() in ("0", "false", "no"):
+        return False
+    else:
+      try:
+        return kind(text)
+      except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"bad value {text!r}: {name} accepts {configs.accepts(name)}")
+
+  return parse
 
 
-def describe(name: str, script: str, language_pair: str) -> str:
-  """The preset's 'docstring': command, hardware, expected time and result."""
-  cfg = configs.get_config(name, **preset_defaults(name, language_pair))
-  command = (f"python {os.path.relpath(script)} --config={name} "
-             f"--workdir={default_workdir(name, language_pair)}")
-  lines = [f"preset {name}: {cfg.num_layers} layers, d_model {cfg.d_model}, d_ff {cfg.d_ff}, "
-           f"h {cfg.num_heads}, d_k {cfg.key_depth}, d_v {cfg.value_depth}, "
-           f"P_drop {cfg.dropout_rate}, eps_ls {cfg.label_smoothing}, "
-           f"{cfg.num_train_steps} steps, dataset {cfg.dataset}",
-           f"command:  {command}"]
-  if name == "demo":
-    lines += ["hardware: any CPU; 9.5 minutes measured on a 2-core VM (README, Results)",
-              "expected: test sacreBLEU 83.8 measured there (the target was >= 60)"]
-  elif name == "parsing":
-    lines += ["command:  python experiments/parsing_wsj.py --treebank_dir=... (section 6.3)",
-              "expected: WSJ section 23 F1 91.3 (WSJ only), 92.7 (semi-supervised)"]
-  else:
-    big = name == "big"
-    lines.append("hardware: paper: one machine with 8 NVIDIA P100; "
-                 + ("1.0 s/step, 300k steps, 3.5 days" if big else
-                    "0.4 s/step, 100k steps, 12 hours"))
-    if (name, language_pair) in _PAPER_TEST_BLEU:
-      lines.append(f"expected: newstest2014 BLEU {_PAPER_TEST_BLEU[name, language_pair]} "
-                   f"(paper, tokenised; averaged last {cfg.average_last} checkpoints)")
-    if language_pair == "de" and name in configs.PAPER_DEV:
-      ppl, bleu = configs.PAPER_DEV[name]
-      lines.append(f"expected: newstest2013 dev PPL {ppl}, BLEU {bleu} "
-                   "(Table 3: beam search, no checkpoint averaging)")
-  return "\n".join(lines)
+def _preset(name: str) -> str:
+  if name not in configs.PRESETS:
+    raise argparse.ArgumentTypeError(
+        f"unknown --config={name}; choose one of {', '.join(configs.PRESETS)}")
+  return name
 
 
-def main(argv: list[str], script: str, language_pair: str) -> None:
-  """Parses `--config=...`, `--config.<field>=...`, `--workdir=...` and runs."""
-  logging.basicConfig(level=logging.INFO, format="%(asctime)s %(name)s: %(message)s",
-                      stream=sys.stderr)
+def parser(prog: str, description: Optional[str], config: Optional[str] = None,
+           fields: Optional[bool] = None) -> argparse.ArgumentParser:
+  """A parser for one script, to which it adds its own flags.
+
+  `config` (a preset name) adds `--config=<preset>` with that default; `fields`
+  (default: when `config` is given) adds `--config.<field>=<value>` for every field.
+  """
+  p = _Parser(prog=prog, description=description, allow_abbrev=False,
+              formatter_class=argparse.RawDescriptionHelpFormatter)
+  if config is not None:
+    p.add_argument("--config", type=_preset, default=config, metavar="PRESET",
+                   help=f"a preset of t2t_jax/configs.py (default: {config})")
+  if fields or (fields is None and config is not None):
+    group = p.add_argument_group(
+        "config fields", "--config.<field>=<value> sets one field of t2t_jax/configs.py, "
+        "after the preset and the script's own defaults")
+    for name in _FIELDS:
+      group.add_argument(f"--{_PREFIX}{name}", dest=_PREFIX + name, type=_field_type(name),
+                         default=argparse.SUPPRESS, metavar="VALUE",
+                         help=configs.accepts(name))
+  return p
+
+
+def overrides(args: argparse.Namespace) -> dict[str, Any]:
+  """The config fields given on the command line, {field: value}, in the order given."""
+  return {k[len(_PREFIX):]: v for k, v in vars(args).items() if k.startswith(_PREFIX)}
+
+
+def config(args: argparse.Namespace, defaults: Optional[dict[str, Any]] = None,
+           preset: Optional[str] = None) -> configs.TransformerConfig:
+  """The preset (`preset` or `--config`), then `defaults`, then the --config.<field> values."""
+  return configs.get_config(preset or args.config, **{**(defaults or {}), **overrides(args)})
+
+
+class _StderrHandler(logging.StreamHandler):
+  """Writes to whatever `sys.stderr` is when a line is logged (tests replace it)."""
+
+  def __init__(self):
+    super().__init__()
+    self.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+
+  @property
+  def stream(self):
+    return sys.stderr
+
+  @stream.setter
+  def stream(self, _):
+    pass
+
+
+def setup_logging() -> None:
+  """INFO lines on stderr with time and module; the libraries' chatter kept to warnings."""
+  root = logging.getLogger()
+  root.setLevel(logging.INFO)
+  if not any(isinstance(h, _StderrHandler) for h in root.handlers):
+    # absl's first log call (orbax logs at import) runs a bare logging.basicConfig();
+    # ours replaces that handler, so every line is printed once, in one format.
+    for handler in list(root.handlers):
+      if type(handler) is logging.StreamHandler and handler.stream in (sys.stderr,
+                                                                        sys.__stderr__):
+        root.removeHandler(handler)
+    root.addHandler(_StderrHandler())
   # Orbax reports every save step at INFO through absl; keep its warnings only.
   logging.getLogger("absl").setLevel(logging.WARNING)
   logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "no TPU" notices
-  name = next((a.split("=", 1)[1] for a in argv if a.startswith("--config=")), "demo")
-  if name not in configs.PRESETS:
-    raise SystemExit(f"unknown --config={name}; choose one of {', '.join(configs.PRESETS)}")
-  workdir, describe_only, multihost, rest = None, False, False, []
-  for arg in argv:
-    if arg.startswith("--workdir="):
-      workdir = arg.split("=", 1)[1]
-    elif arg == "--describe":
-      describe_only = True
-    elif arg == "--multihost":
-      multihost = True
-    elif arg.startswith("--config"):
-      rest.append(arg)
-    elif arg in ("-h", "--help"):
-      print(sys.modules["__main__"].__doc__ or "")
-      return
-    else:
-      raise SystemExit(f"unknown argument {arg!r}; see {os.path.basename(script)} --help")
-  if describe_only:
-    print(describe(name, script, language_pair))
-    return
-  try:
-    cfg, _ = configs.from_args(rest, default=name, defaults=preset_defaults(name, language_pair))
-  except ValueError as e:
-    raise SystemExit(f"error: {e}") from None
-  if workdir is None:
-    workdir = default_workdir(name, language_pair)
-  if multihost:
-    import jax  # pylint: disable=g-import-not-at-top
-    jax.distributed.initialize()  # reads the cluster from the environment (SLURM, TPU, ...)
 
-  from t2t_jax import experiment  # pylint: disable=g-import-not-at-top
-  results = experiment.run(cfg, workdir)
-  import json  # pylint: disable=g-import-not-at-top
-  print(json.dumps({k: results[k] for k in ("bleu", "dev_perplexity", "steps", "wall_time_s")},
-                   indent=2))
-  print(f"results written to {os.path.join(workdir, 'results.json')}")
+
+def one_line(error: BaseException) -> str:
+  text = str(error).strip()
+  return text.splitlines()[0] if text else type(error).__name__
+
+
+def command(main: Callable[..., Any]) -> Callable[..., Any]:
+  """Wraps a script's `main(argv=None)`: logging, and USER_ERRORS as one line + exit status 1."""
+
+  @functools.wraps(main)
+  def run(argv: Optional[Sequence[str]] = None, *args: Any, **kwargs: Any) -> Any:
+    setup_logging()
+    try:
+      return main(argv, *args, **kwargs)
+    except USER_ERRORS as e:
+      raise SystemExit(f"error: {one_line(e)}") from None
+
+  return run
+
+
+def parse_config(argv: Sequence[str], preset: str = "demo",
+                 defaults: Optional[dict[str, Any]] = None) -> configs.TransformerConfig:
+  """The config that `--config=` and `--config.<field>=` arguments alone give (notebooks)."""
+  return config(parser("config", None, config=preset).parse_args(argv), defaults)

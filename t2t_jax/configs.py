@@ -7,8 +7,8 @@ rows in order ("A1".."A4", "B1", "B2", "C1".."C7", "D1".."D4", "E"), "parsing"
 minutes on a CPU.
 
 The config is flat on purpose: model, data, training, checkpointing and decoding
-fields live side by side so that `--config.<field>=<value>` reaches any of them.
-The model reads only the model fields.
+fields live side by side so that `--config.<field>=<value>` (cli.py) reaches any
+of them. The model reads only the model fields.
 """
 
 from __future__ import annotations
@@ -67,6 +67,7 @@ class TransformerConfig:
   eval_every_steps: int = 1000
   num_eval_batches: Optional[int] = None  # None: the whole dev set
   peak_tflops: Optional[float] = None  # per device, for MFU; None: looked up by device kind
+  parallelism: str = "pmap"        # how steps map over devices: "pmap" or "shard_map" (parallel.py)
 
   # --- Checkpoints (section 6.1) ---
   checkpoint_every_steps: Optional[int] = None
@@ -143,6 +144,7 @@ FIELD_RULES: dict[str, tuple[Any, str]] = {
     "label_smoothing": _FRACTION,
     "log_every_steps": _POSITIVE_INT, "eval_every_steps": _POSITIVE_INT,
     "num_eval_batches": _POSITIVE_INT, "peak_tflops": _POSITIVE_NUMBER,
+    "parallelism": _one_of("pmap", "shard_map"),
     "checkpoint_every_steps": _POSITIVE_INT, "checkpoint_every_minutes": _POSITIVE_NUMBER,
     "average_last": _POSITIVE_INT,
     "beam_size": _POSITIVE_INT, "alpha": (_non_negative, "a number >= 0"),
@@ -272,46 +274,6 @@ def get_config(name: str = "base", **overrides: Any) -> TransformerConfig:
   return TransformerConfig().replace(**{**PRESETS[name], **overrides})
 
 
-def _parse_value(field_type: Any, text: str) -> Any:
-  """Turns command-line text into a value of the field's declared type."""
-  if text.lower() in ("none", "null"):
-    return None
-  kind = typing.get_args(field_type)[0] if typing.get_origin(field_type) is typing.Union \
-      else field_type
-  if kind is bool:
-    if text.lower() in ("1", "true", "yes"):
-      return True
-    if text.lower() in ("0", "false", "no"):
-      return False
-    raise ValueError(f"expected true/false, got {text!r}")
-  return kind(text)
-
-
-def from_args(argv: list[str], default: str = "demo",
-              defaults: dict[str, Any] | None = None) -> tuple[TransformerConfig, list[str]]:
-  """Builds a config from `--config=<preset>` and `--config.<field>=<value>` arguments.
-
-  `defaults` (a script's own settings, e.g. the En-Fr dataset) sit between the
-  preset and the command line. Returns the config and the unconsumed arguments.
-  """
-  name, overrides, rest = default, {}, []
-  hints = typing.get_type_hints(TransformerConfig)
-  for arg in argv:
-    if arg.startswith("--config="):
-      name = arg.split("=", 1)[1]
-    elif arg.startswith("--config."):
-      key, _, text = arg[len("--config."):].partition("=")
-      if key not in hints:
-        raise ValueError(f"unknown config field {key!r} in {arg!r}; see t2t_jax/configs.py")
-      try:
-        overrides[key] = _parse_value(hints[key], text)
-      except ValueError:
-        raise ValueError(f"bad value in {arg!r}: {key} accepts {accepts(key)}") from None
-    else:
-      rest.append(arg)
-  return get_config(name, **{**(defaults or {}), **overrides}), rest
-
-
 def to_dict(config: TransformerConfig) -> dict[str, Any]:
   return dataclasses.asdict(config)
 
@@ -349,29 +311,3 @@ def count_params(c: TransformerConfig) -> int:
   embeddings = c.vocab_size * d * (1 if c.share_embeddings else 3)
   positions = 2 * c.max_len * d if c.positional_encoding == "learned" else 0
   return c.num_layers * (encoder_layer + decoder_layer) + embeddings + positions
-
-
-def table3_report(vocab_size: int = 37000) -> str:
-  """Our count beside the paper's for base, every Table 3 row and big."""
-  lines = [f"{'row':<5} {'ours (M)':>9} {'paper (M)':>10} {'diff':>7}"]
-  for name in ["base", *TABLE3_ROWS, "big"]:
-    ours = count_params(get_config(name, vocab_size=vocab_size)) / 1e6
-    paper = PAPER_PARAMS_M.get(name)
-    if paper is None:
-      lines.append(f"{name:<5} {ours:>9.1f} {'-':>10} {'-':>7}")
-    else:
-      lines.append(f"{name:<5} {ours:>9.1f} {paper:>10.0f} {(ours - paper) / paper:>+7.1%}")
-  return "\n".join(lines)
-
-
-if __name__ == "__main__":
-  import argparse
-  parser = argparse.ArgumentParser(description="Inspect the presets.")
-  parser.add_argument("--table3", action="store_true",
-                      help="print our parameter counts beside Table 3's")
-  parser.add_argument("--vocab_size", type=int, default=37000)
-  args = parser.parse_args()
-  if not args.table3:
-    parser.error("nothing to do; pass --table3")
-  print(f"Parameters at vocab_size={args.vocab_size} (docs/model.md explains the gaps)")
-  print(table3_report(args.vocab_size))

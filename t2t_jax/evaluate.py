@@ -23,7 +23,6 @@ prints one JSON object with the three scores and their signatures.
 
 from __future__ import annotations
 
-import argparse
 import functools
 import json
 import os
@@ -34,6 +33,10 @@ from typing import Any, Optional, Sequence
 
 import sacrebleu
 import sacremoses
+
+from t2t_jax import cli
+from t2t_jax import inference
+from t2t_jax import textio
 
 # What replace-unicode-punctuation.perl does to quotes, plus get_ende_bleu.sh's „ rule.
 _QUOTES = str.maketrans({"„": '"', "“": '"', "”": '"', "’": "'"})
@@ -83,31 +86,18 @@ def bleu_scores(hyps: Sequence[str], refs: Sequence[str], lang: str) -> dict[str
   }
 
 
-def read_lines(path: str | os.PathLike) -> list[str]:
-  """Lines split on "\\n" only (not on the other characters str.splitlines takes as breaks)."""
-  with open(path, encoding="utf-8", newline="") as f:
-    text = f.read()
-  lines = text.split("\n")
-  if lines and lines[-1] == "":
-    lines.pop()
-  return [line[:-1] if line.endswith("\r") else line for line in lines]
-
-
 def decode_and_score(cfg, params: Any, tokenizer, sources: Sequence[str], references: Sequence[str],
                      out_path: str | os.PathLike, **settings: Any) -> dict[str, Any]:
   """Translates `sources` with `params`, writes the hypotheses to `out_path`, scores them.
 
-  `settings` go to `translate.translate_lines` (beam_size, alpha,
+  `settings` go to `inference.translate_lines` (beam_size, alpha,
   max_decode_extra, batch_size; the config's by default). Returns
   `bleu_scores(...)` plus "decode": sentences, seconds and the hypothesis path.
   """
-  # Imported here: the `bleu` command needs no JAX.
-  from t2t_jax import translate  # pylint: disable=import-outside-toplevel
-
   if len(sources) != len(references):
     raise ValueError(f"{len(sources)} source lines but {len(references)} reference lines")
   start = time.time()
-  hyps = translate.translate_lines(cfg, params, tokenizer, sources, **settings)
+  hyps = inference.translate_lines(cfg, params, tokenizer, sources, **settings)
   seconds = time.time() - start
   with open(out_path, "w", encoding="utf-8", newline="\n") as f:
     f.writelines(line + "\n" for line in hyps)
@@ -117,19 +107,16 @@ def decode_and_score(cfg, params: Any, tokenizer, sources: Sequence[str], refere
   return scores
 
 
+@cli.command
 def main(argv: Optional[Sequence[str]] = None) -> None:
-  parser = argparse.ArgumentParser(prog="python -m t2t_jax.evaluate", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.parser("python -m t2t_jax.evaluate", __doc__)
   commands = parser.add_subparsers(dest="command", required=True)
   bleu = commands.add_parser("bleu", help="score a hypothesis file against a reference file")
   bleu.add_argument("--hyp", required=True, help="detokenised hypotheses, one per line")
   bleu.add_argument("--ref", required=True, help="detokenised references, one per line")
   bleu.add_argument("--lang", required=True, help="target language, e.g. de or fr")
   args = parser.parse_args(argv)
-  try:
-    scores = bleu_scores(read_lines(args.hyp), read_lines(args.ref), args.lang)
-  except (OSError, ValueError) as e:
-    raise SystemExit(f"error: {e}") from None
+  scores = bleu_scores(textio.read_lines(args.hyp), textio.read_lines(args.ref), args.lang)
   json.dump(scores, sys.stdout, indent=2, ensure_ascii=False)
   sys.stdout.write("\n")
 

@@ -1,84 +1,57 @@
 """One experiment end to end: data, training, checkpoint averaging, test-set BLEU.
 
-`run(cfg, workdir)` is what `experiments/wmt14_ende.py` (and the En-Fr, Table 3
-and notebook code) call. Every stage is resumable: the vocabulary and token
-caches are reused, training continues from the latest checkpoint, and a
-finished run only re-averages and re-decodes.
+`run(cfg, workdir)` is what the WMT14 scripts (`experiments/wmt14_ende.py`,
+`wmt14_enfr.py`, through `main`), the parsing experiment and the notebook
+call. Every stage is resumable: the vocabulary and token caches are reused,
+training continues from the latest checkpoint, and a finished run only
+re-averages and re-decodes. `describe` is a preset's "docstring": command,
+hardware, expected time and result.
 """
 
 from __future__ import annotations
 
-import dataclasses
 import json
 import os
 import pathlib
 import time
-from typing import Any
+from typing import Any, Optional, Sequence
 
 import jax
 
 from t2t_jax import checkpoint
+from t2t_jax import cli
 from t2t_jax import configs
 from t2t_jax import data
 from t2t_jax import evaluate
 from t2t_jax import train
+from t2t_jax import workdir as workdir_lib
 
-# Fields that may differ between a run and its resumption: they change how the
-# run proceeds, not the shape or meaning of what the checkpoints hold.
-_RESUMABLE_FIELDS = {
-    "num_train_steps", "log_every_steps", "eval_every_steps", "num_eval_batches",
-    "peak_tflops", "checkpoint_every_steps", "checkpoint_every_minutes", "average_last",
-    "beam_size", "alpha", "max_decode_extra", "decode_batch_size", "data_dir",
-    "max_tokens_per_device",
+# Per language pair: the dataset and vocabulary the paper used (section 5.1).
+_LANGUAGE_DEFAULTS = {
+    "de": dict(dataset="wmt14_translate/de-en", target_lang="de", vocab_size=37000),
+    "fr": dict(dataset="wmt14_translate/fr-en", target_lang="fr", vocab_size=32000),
 }
 
-
-def write_json_atomic(path: pathlib.Path, obj: Any) -> None:
-  """Writes `obj` so that a reader never sees half a file, even after a kill."""
-  tmp = path.with_suffix(path.suffix + ".tmp")
-  tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-  os.replace(tmp, path)
-
-
-def load_config(workdir: str | os.PathLike) -> configs.TransformerConfig:
-  """The config a work directory was trained with (`workdir/config.json`)."""
-  path = pathlib.Path(workdir) / "config.json"
-  if not path.exists():
-    raise FileNotFoundError(
-        f"{path} not found: train a model into {workdir} first "
-        "(python experiments/wmt14_ende.py --workdir=...)")
-  return configs.TransformerConfig(**json.loads(path.read_text()))
-
-
-def check_or_write_config(cfg: configs.TransformerConfig, workdir: pathlib.Path) -> None:
-  """Refuses to resume a work directory with an incompatible config."""
-  path = workdir / "config.json"
-  if path.exists():
-    old = json.loads(path.read_text())
-    new = dataclasses.asdict(cfg)
-    changed = sorted(k for k in new if k not in _RESUMABLE_FIELDS and old.get(k) != new[k])
-    if changed:
-      diffs = ", ".join(f"{k}: {old.get(k)!r} -> {new[k]!r}" for k in changed)
-      raise SystemExit(
-          f"{workdir} holds a run with a different config ({diffs}); "
-          "use a new --workdir or the same settings")
-  write_json_atomic(path, dataclasses.asdict(cfg))
+# The paper's figures each preset is expected to reproduce (PAPER.md, Tables 2 and 3).
+_PAPER_TEST_BLEU = {("base", "de"): 27.3, ("big", "de"): 28.4,
+                    ("base", "fr"): 38.1, ("big", "fr"): 41.8}
 
 
 def run(cfg: configs.TransformerConfig, workdir: str | os.PathLike) -> dict[str, Any]:
   """Trains, averages the last `cfg.average_last` checkpoints, scores the test set.
 
   Writes `workdir/results.json` and `workdir/test.hyp` and returns the results.
+  Raises ValueError if `workdir` holds a run with an incompatible config.
   """
   workdir = pathlib.Path(workdir)
   workdir.mkdir(parents=True, exist_ok=True)
-  check_or_write_config(cfg, workdir)
+  workdir_lib.check_or_write_config(cfg, workdir)
   start = time.time()
 
-  summary = train.train_and_evaluate(cfg, workdir)
+  ds = data.prepare(cfg, str(workdir))
+  summary = train.train_and_evaluate(cfg, workdir, ds)
 
   params = checkpoint.average_checkpoints(workdir, last=cfg.average_last)
-  ds = data.prepare(cfg, workdir)
   scores = evaluate.decode_and_score(
       cfg, params, ds.tokenizer, ds.test_sources(), ds.test_references(),
       workdir / "test.hyp")
@@ -99,5 +72,79 @@ def run(cfg: configs.TransformerConfig, workdir: str | os.PathLike) -> dict[str,
       "device_kind": jax.devices()[0].device_kind,
       "num_devices": jax.device_count(),
   }
-  write_json_atomic(workdir / "results.json", results)
+  workdir_lib.write_json_atomic(workdir / "results.json", results)
+  return results
+
+
+# --- The WMT14 experiment scripts ---------------------------------------------------------
+
+def preset_defaults(name: str, language_pair: str) -> dict[str, Any]:
+  """Script-level defaults applied between the preset and the command line."""
+  if name in ("demo", "parsing"):
+    return {}
+  defaults = dict(_LANGUAGE_DEFAULTS[language_pair])
+  if name == "big" and language_pair == "fr":
+    defaults["dropout_rate"] = 0.1  # section 6.1: big En-Fr used P_drop = 0.1
+  return defaults
+
+
+def default_workdir(name: str, language_pair: str) -> str:
+  prefix = "" if language_pair == "de" or name in ("demo", "parsing") else "enfr_"
+  return os.path.join("runs", prefix + name.lower())
+
+
+def describe(name: str, script: str, language_pair: str) -> str:
+  """The preset's 'docstring': command, hardware, expected time and result."""
+  cfg = configs.get_config(name, **preset_defaults(name, language_pair))
+  command = (f"python {os.path.relpath(script)} --config={name} "
+             f"--workdir={default_workdir(name, language_pair)}")
+  lines = [f"preset {name}: {cfg.num_layers} layers, d_model {cfg.d_model}, d_ff {cfg.d_ff}, "
+           f"h {cfg.num_heads}, d_k {cfg.key_depth}, d_v {cfg.value_depth}, "
+           f"P_drop {cfg.dropout_rate}, eps_ls {cfg.label_smoothing}, "
+           f"{cfg.num_train_steps} steps, dataset {cfg.dataset}",
+           f"command:  {command}"]
+  if name == "demo":
+    lines += ["hardware: any CPU; 9.5 minutes measured on a 2-core VM (README, Results)",
+              "expected: test sacreBLEU 83.8 measured there (the target was >= 60)"]
+  elif name == "parsing":
+    lines += ["command:  python experiments/parsing_wsj.py --treebank_dir=... (section 6.3)",
+              "expected: WSJ section 23 F1 91.3 (WSJ only), 92.7 (semi-supervised)"]
+  else:
+    big = name == "big"
+    lines.append("hardware: paper: one machine with 8 NVIDIA P100; "
+                 + ("1.0 s/step, 300k steps, 3.5 days" if big else
+                    "0.4 s/step, 100k steps, 12 hours"))
+    if (name, language_pair) in _PAPER_TEST_BLEU:
+      lines.append(f"expected: newstest2014 BLEU {_PAPER_TEST_BLEU[name, language_pair]} "
+                   f"(paper, tokenised; averaged last {cfg.average_last} checkpoints)")
+    if language_pair == "de" and name in configs.PAPER_DEV:
+      ppl, bleu = configs.PAPER_DEV[name]
+      lines.append(f"expected: newstest2013 dev PPL {ppl}, BLEU {bleu} "
+                   "(Table 3: beam search, no checkpoint averaging)")
+  return "\n".join(lines)
+
+
+@cli.command
+def main(argv: Optional[Sequence[str]], script: str, language_pair: str,
+         doc: Optional[str] = None) -> dict[str, Any]:
+  """The command line of a WMT14 script: `--config=`, `--config.<field>=`, `--workdir=`, ..."""
+  parser = cli.parser(os.path.basename(script), doc, config="demo")
+  parser.add_argument("--workdir", help="where the run lives (default: runs/<preset>); "
+                      "the same command on the same workdir resumes")
+  parser.add_argument("--describe", action="store_true",
+                      help="print the preset's command, hardware, expected time and BLEU")
+  parser.add_argument("--multihost", action="store_true",
+                      help="join a multi-process run (jax.distributed.initialize)")
+  args = parser.parse_args(argv)
+  if args.describe:
+    print(describe(args.config, script, language_pair))
+    return {}
+  cfg = cli.config(args, preset_defaults(args.config, language_pair))
+  workdir = args.workdir or default_workdir(args.config, language_pair)
+  if args.multihost:
+    jax.distributed.initialize()  # reads the cluster from the environment (SLURM, TPU, ...)
+  results = run(cfg, workdir)
+  print(json.dumps({k: results[k] for k in ("bleu", "dev_perplexity", "steps", "wall_time_s")},
+                   indent=2))
+  print(f"results written to {os.path.join(workdir, 'results.json')}")
   return results

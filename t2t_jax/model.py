@@ -52,6 +52,12 @@ def _attention(cfg: TransformerConfig) -> layers.MultiHeadAttention:
       dropout_rate=cfg.attention_dropout_rate, dtype=_dtype(cfg))
 
 
+def _add_norm(x: Array, y: Array, norm: nn.LayerNorm, dropout: nn.Dropout,
+              deterministic: bool) -> Array:
+  """One sub-layer's output, LayerNorm(x + Dropout(y)), in x's dtype (post-norm)."""
+  return norm(x + dropout(y, deterministic=deterministic)).astype(x.dtype)
+
+
 class EncoderLayer(nn.Module):
   """Self-attention, then feed-forward; each wrapped as LayerNorm(x + Dropout(f(x)))."""
   config: TransformerConfig
@@ -64,14 +70,11 @@ class EncoderLayer(nn.Module):
     self.norm_ffn = _layer_norm()
     self.dropout = nn.Dropout(cfg.dropout_rate)
 
-  def _add_norm(self, x, y, norm, deterministic):
-    return norm(x + self.dropout(y, deterministic=deterministic)).astype(x.dtype)
-
   def __call__(self, x: Array, bias: Array, deterministic: bool) -> Array:
     """[batch, src_len, d_model] -> same; `bias` broadcasts to [batch, heads, src, src]."""
-    x = self._add_norm(x, self.self_attention(x, bias=bias, deterministic=deterministic),
-                       self.norm_attention, deterministic)
-    return self._add_norm(x, self.ffn(x), self.norm_ffn, deterministic)
+    x = _add_norm(x, self.self_attention(x, bias=bias, deterministic=deterministic),
+                  self.norm_attention, self.dropout, deterministic)
+    return _add_norm(x, self.ffn(x), self.norm_ffn, self.dropout, deterministic)
 
 
 class DecoderLayer(nn.Module):
@@ -88,18 +91,15 @@ class DecoderLayer(nn.Module):
     self.norm_ffn = _layer_norm()
     self.dropout = nn.Dropout(cfg.dropout_rate)
 
-  def _add_norm(self, x, y, norm, deterministic):
-    return norm(x + self.dropout(y, deterministic=deterministic)).astype(x.dtype)
-
   def _block(self, y, self_kv, cross_kv, self_bias, cross_bias, deterministic):
     """The layer itself, given already projected self- and cross-attention keys/values."""
-    y = self._add_norm(
+    y = _add_norm(
         y, self.self_attention(y, bias=self_bias, kv=self_kv, deterministic=deterministic),
-        self.norm_self, deterministic)
-    y = self._add_norm(
+        self.norm_self, self.dropout, deterministic)
+    y = _add_norm(
         y, self.cross_attention(y, bias=cross_bias, kv=cross_kv, deterministic=deterministic),
-        self.norm_cross, deterministic)
-    return self._add_norm(y, self.ffn(y), self.norm_ffn, deterministic)
+        self.norm_cross, self.dropout, deterministic)
+    return _add_norm(y, self.ffn(y), self.norm_ffn, self.dropout, deterministic)
 
   def __call__(self, y: Array, encoded: Array, self_bias: Array, cross_bias: Array,
                deterministic: bool) -> Array:

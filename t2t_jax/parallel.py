@@ -1,17 +1,24 @@
 """The only module that maps steps over devices: data parallelism on one mesh axis.
 
-Two equivalent ways to run the same per-device `steps.train_step`:
-- `pmap_train_step`: `jax.pmap` over the local devices. The state is stored
+Two equivalent ways to run the same per-device `steps.train_step`, chosen by
+`cfg.parallelism` (both tested to give the same training run):
+- "pmap" (the default): `jax.pmap` over the local devices. The state is stored
   stacked, `[local_devices, ...]` per leaf (`replicate`/`unreplicate`), batches
   are `[local_devices, accum_steps, micro_batch, length]` (`shard_batch`).
   Multi-process runs pass host-local arrays; pmap joins them across processes.
-- `jit_shard_map_train_step`: `jax.jit(jax.shard_map(...))` over a 1-D mesh with
-  axis "batch". The state is an ordinary (replicated) pytree; the batch is the
-  same `[devices, ...]` array, split on its leading axis.
+- "shard_map": `jax.jit(jax.shard_map(...))` over a 1-D mesh of all devices with
+  axis "batch". The state is an ordinary pytree replicated over the mesh; the
+  batch is the same `[devices, ...]` array, split on its leading axis. This is
+  what JAX now builds pmap on, and the form that extends to model sharding.
+
+`data_parallel(cfg, optimizer)` gives the training loop either one behind one
+interface (`DataParallel`): place the state and the batches, run the steps,
+read one copy back.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 from typing import Any, Callable, Optional, Sequence
 
@@ -24,6 +31,7 @@ from t2t_jax import steps
 from t2t_jax.configs import TransformerConfig
 
 AXIS = "batch"
+PARALLELISMS = ("pmap", "shard_map")
 
 
 def _stacked_sharding(devices: Optional[Sequence[jax.Device]]) -> NamedSharding:
@@ -99,3 +107,52 @@ def jit_shard_map_train_step(cfg: TransformerConfig, optimizer: optax.GradientTr
   sharded = jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(AXIS), P()),
                           out_specs=(P(), P()))
   return jax.jit(sharded, donate_argnums=(0,))
+
+
+def jit_shard_map_eval_step(cfg: TransformerConfig, mesh: Mesh) -> Callable:
+  """`(params, batch) -> metric sums` under `jax.jit(jax.shard_map(...))`; params unstacked."""
+  def per_device(params, batch):
+    batch = jax.tree.map(lambda x: x[0], batch)  # drop this device's size-1 slice axis
+    return steps.eval_step(params, batch, cfg=cfg, axis_name=AXIS)
+
+  return jax.jit(jax.shard_map(per_device, mesh=mesh, in_specs=(P(), P(AXIS)), out_specs=P()))
+
+
+@dataclasses.dataclass(frozen=True)
+class DataParallel:
+  """The steps of one `cfg.parallelism`, and how their inputs and outputs are placed."""
+  train_step: Callable  # (placed state, placed batch, root key) -> (placed state, metrics)
+  eval_step: Callable   # (placed params, placed batch) -> metric sums
+  put_state: Callable   # host pytree -> placed on every device
+  put_batch: Callable   # host batch [local_devices, ...] -> placed, one slice per device
+  get: Callable         # placed pytree -> this process's first copy (device arrays)
+
+
+def data_parallel(cfg: TransformerConfig, optimizer: optax.GradientTransformation
+                  ) -> DataParallel:
+  """The training loop's steps over all devices, as `cfg.parallelism` says."""
+  if cfg.parallelism == "pmap":
+    return DataParallel(train_step=pmap_train_step(cfg, optimizer),
+                        eval_step=pmap_eval_step(cfg), put_state=replicate,
+                        put_batch=shard_batch, get=unreplicate)
+  if cfg.parallelism != "shard_map":
+    raise ValueError(f"parallelism={cfg.parallelism!r}: use one of {PARALLELISMS}")
+  mesh = Mesh(np.array(jax.devices()), (AXIS,))
+  replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P(AXIS))
+
+  def put_state(tree):
+    return jax.tree.map(
+        lambda x: jax.make_array_from_process_local_data(replicated, np.asarray(x)), tree)
+
+  def put_batch(batch):
+    local = jax.local_device_count()
+    for name, x in batch.items():
+      if x.shape[0] != local:
+        raise ValueError(f"batch[{name!r}] has leading dimension {x.shape[0]}, expected one "
+                         f"slice per local device ({local}); build batches for {local} devices")
+    return {name: jax.make_array_from_process_local_data(split, x) for name, x in batch.items()}
+
+  return DataParallel(train_step=jit_shard_map_train_step(cfg, optimizer, mesh),
+                      eval_step=jit_shard_map_eval_step(cfg, mesh), put_state=put_state,
+                      put_batch=put_batch,
+                      get=lambda tree: jax.tree.map(lambda x: x.addressable_data(0), tree))

@@ -138,5 +138,7 @@ def eval_step(params: Any, batch: dict[str, jnp.ndarray], *, cfg: TransformerCon
                                                       cfg.label_smoothing)), None
 
   zero_sums = {name: jnp.zeros((), jnp.float32) for name in loss_lib.METRIC_SUMS}
+  # Varying per device until the psum, as in train_step (shard_map checks the carry).
+  zero_sums = lax.pcast(zero_sums, axis_name, to="varying")
   sums, _ = lax.scan(chunk_sums, zero_sums, (inputs, targets))
   return lax.psum(sums, axis_name)

@@ -1,18 +1,19 @@
-"""The training loop the experiment scripts call: `train_and_evaluate(cfg, workdir)`.
+"""The training loop the experiment scripts call: `train_and_evaluate(cfg, workdir, dataset)`.
 
-Sections: input, model and state, update step, checkpoint, evals, loop. Running
-it again on the same work directory resumes from the latest checkpoint: the
-state, the step and the data iterator's position come back together.
+`Trainer` sets everything up in its constructor, in labelled sections (input,
+model and state, update step, metrics); `run()` is the loop, with the
+checkpoint and eval sections it calls. Running it again on the same work
+directory resumes from the latest checkpoint: the state, the step and the data
+iterator's position come back together.
 
-Outputs (process 0 only): `workdir/metrics.jsonl` (one JSON object per logged
-step; a resumed run drops the lines after its checkpoint and appends),
-TensorBoard events under `workdir/tb`, log lines, and a tqdm bar on a terminal.
+Outputs (process 0 only): `workdir/metrics.jsonl` and TensorBoard events under
+`workdir/tb` (metrics_writer.py; a resumed run drops the lines after its
+checkpoint and appends), log lines, and a tqdm bar on a terminal.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import logging
 import math
 import os
@@ -25,7 +26,6 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import tqdm
-from tensorboardX import SummaryWriter
 
 from t2t_jax import checkpoint
 from t2t_jax import data
@@ -35,29 +35,9 @@ from t2t_jax import optim
 from t2t_jax import parallel
 from t2t_jax import steps
 from t2t_jax.configs import TransformerConfig
+from t2t_jax.metrics_writer import MetricsWriter
 
 log = logging.getLogger(__name__)
-
-METRICS_FILE = "metrics.jsonl"
-
-
-def _truncate_metrics(path: pathlib.Path, last_step: int) -> None:
-  """Keeps the lines of steps <= last_step, so a resumed run has no duplicate steps.
-
-  A line cut short by a kill mid-write is dropped too.
-  """
-  if not path.exists():
-    return
-  kept = []
-  for line in path.read_text().splitlines():
-    try:
-      if json.loads(line)["step"] <= last_step:
-        kept.append(line)
-    except (ValueError, KeyError, TypeError):
-      continue
-  tmp = path.with_suffix(".jsonl.tmp")
-  tmp.write_text("".join(line + "\n" for line in kept))
-  os.replace(tmp, path)
 
 
 @jax.jit
@@ -102,39 +82,54 @@ class _Window:
 
 
 class Trainer:
-  """State of one `train_and_evaluate` call; the sections below are its methods."""
+  """One training run in a work directory, ready to `run()` once constructed.
 
-  def __init__(self, cfg: TransformerConfig, workdir: pathlib.Path):
+      with Trainer(cfg, workdir, dataset) as trainer:
+        summary = trainer.run()
+
+  The constructor prepares the dataset if none is given, restores the latest
+  checkpoint (with the data position) and places the state on the devices;
+  `close()` (or leaving the `with` block) waits for pending checkpoint saves and
+  stops the input thread.
+  """
+
+  def __init__(self, cfg: TransformerConfig, workdir: str | os.PathLike,
+               dataset: Optional[data.Dataset] = None):
+    self.created = time.time()
     self.cfg = cfg
-    self.workdir = workdir
+    self.workdir = pathlib.Path(workdir)
+    self.workdir.mkdir(parents=True, exist_ok=True)
     self.is_main = jax.process_index() == 0
-    self.local_devices = jax.local_device_count()
     self.num_devices = jax.device_count()
     self.device_kind = jax.devices()[0].device_kind
     self.peak = flops_lib.peak_flops(self.device_kind, cfg.dtype, cfg.peak_tflops)
+    self.train_iter = self.ckpt = self.writer = None
+    try:
+      self._setup(dataset)
+    except BaseException:
+      self.close()
+      raise
 
-  # --- Input -------------------------------------------------------------------------
-
-  def setup_input(self) -> None:
+  def _setup(self, dataset: Optional[data.Dataset]) -> None:
     cfg = self.cfg
-    self.ds = data.prepare(cfg, str(self.workdir))
+    # --- Input ---
+    self.ds = dataset if dataset is not None else data.prepare(cfg, str(self.workdir))
     self.accum = data.accum_steps(cfg, self.num_devices)
-    self.train_iter = self.ds.train_iterator(self.local_devices, self.accum,
+    self.train_iter = self.ds.train_iterator(jax.local_device_count(), self.accum,
                                              jax.process_index(), jax.process_count())
 
-  # --- Model and state ---------------------------------------------------------------
-
-  def setup_state(self) -> None:
-    cfg = self.cfg
-    self.optimizer = optim.make_optimizer(cfg)
+    # --- Model and state ---
+    optimizer = optim.make_optimizer(cfg)
+    # The dropout key is derived again from the seed on resume; it is never saved.
     init_key, self.dropout_key = jax.random.split(jax.random.key(cfg.seed))
-    create = functools.partial(steps.create_train_state, cfg, self.optimizer)
-    self.abstract_state = jax.eval_shape(create, init_key)
-    num_params = sum(x.size for x in jax.tree.leaves(self.abstract_state.params))
-    log.info("Model: %s parameters; %d devices (%s), %d micro-step(s) per update, dtype %s",
-             f"{num_params:,}", self.num_devices, self.device_kind, self.accum, cfg.dtype)
+    create = functools.partial(steps.create_train_state, cfg, optimizer)
+    abstract_state = jax.eval_shape(create, init_key)
+    num_params = sum(x.size for x in jax.tree.leaves(abstract_state.params))
+    log.info("Model: %s parameters; %d devices (%s, %s), %d micro-step(s) per update, dtype %s",
+             f"{num_params:,}", self.num_devices, self.device_kind, cfg.parallelism,
+             self.accum, cfg.dtype)
     self.ckpt = checkpoint.Checkpointer(self.workdir, cfg)
-    restored = self.ckpt.restore_latest(self.abstract_state)
+    restored = self.ckpt.restore_latest(abstract_state)
     if restored is None:
       state = create(init_key)
     else:
@@ -142,35 +137,53 @@ class Trainer:
       self.train_iter.set_state(extras["data"])
       log.info("Resumed from step %d (data position %s)", int(state.step), extras["data"])
     self.start_step = int(state.step)
+
     # --- Update step ---
-    self.p_train_step = parallel.pmap_train_step(cfg, self.optimizer)
-    self.p_eval_step = parallel.pmap_eval_step(cfg)
-    self.p_state = parallel.replicate(state)
+    self.devices = parallel.data_parallel(cfg, optimizer)
+    self.state = self.devices.put_state(state)
+
+    # --- Metrics ---
+    self.writer = MetricsWriter(self.workdir, self.start_step, enabled=self.is_main)
+
+  def close(self) -> None:
+    """Waits for the asynchronous saves, stops the input thread, closes the metrics."""
+    if self.writer is not None:
+      self.writer.close()
+    if self.ckpt is not None:
+      self.ckpt.close()
+    if self.train_iter is not None:
+      self.train_iter.close()
+
+  def __enter__(self) -> "Trainer":
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self.close()
 
   # --- Checkpoint --------------------------------------------------------------------
 
   def save(self, step: int, data_state: dict) -> None:
-    state = parallel.unreplicate(self.p_state)
+    state = self.devices.get(self.state)
     if not bool(_all_finite(state)):
       raise FloatingPointError(
           f"the state after step {step} holds NaN/inf although its loss was finite; "
           f"not saving it (the last good checkpoint is step {self.ckpt.latest_step}). "
           "Lower --config.learning_rate_scale or use float32")
-    self.ckpt.maybe_save(step, state, {"data": data_state}, force=True, rng=self.dropout_key)
+    self.ckpt.maybe_save(step, state, {"data": data_state}, force=True)
 
   # --- Evals -------------------------------------------------------------------------
 
   def evaluate(self) -> dict[str, float]:
     """Loss, NLL, accuracy and perplexity on the dev set (or its first batches)."""
     outputs = []
-    batches = self.ds.dev_batches(self.local_devices, jax.process_index(),
+    batches = self.ds.dev_batches(jax.local_device_count(), jax.process_index(),
                                   jax.process_count())
     for i, batch in enumerate(batches):
       if self.cfg.num_eval_batches is not None and i >= self.cfg.num_eval_batches:
         break
-      outputs.append(self.p_eval_step(self.p_state.params, parallel.shard_batch(batch)))
+      outputs.append(self.devices.eval_step(self.state.params, self.devices.put_batch(batch)))
     sums = dict.fromkeys(loss_lib.METRIC_SUMS, 0.0)
-    for out in jax.device_get([parallel.unreplicate(o) for o in outputs]):
+    for out in jax.device_get([self.devices.get(o) for o in outputs]):
       for name in sums:
         sums[name] += float(out[name])
     return {f"eval_{k}": v for k, v in loss_lib.summarize(sums).items()}
@@ -179,7 +192,7 @@ class Trainer:
 
   def read_metrics(self, step: int, metrics: Any, window: _Window) -> None:
     """Blocks on one step's metrics; stops the run on a NaN/inf loss or gradient."""
-    host = {k: float(v) for k, v in jax.device_get(parallel.unreplicate(metrics)).items()}
+    host = {k: float(v) for k, v in jax.device_get(self.devices.get(metrics)).items()}
     if not (math.isfinite(host["loss"]) and math.isfinite(host["grad_norm"])):
       raise FloatingPointError(
           f"training diverged at step {step}: loss {host['loss']}, gradient norm "
@@ -209,29 +222,9 @@ class Trainer:
         record["mfu"] = utilisation
     return record
 
-  def write_record(self, record: dict[str, Any], writer: Optional[SummaryWriter]) -> None:
-    if not self.is_main:
-      return
-    with open(self.workdir / METRICS_FILE, "a") as f:
-      f.write(json.dumps(record) + "\n")
-    for name, value in record.items():
-      if name != "step":
-        writer.add_scalar(name, value, record["step"])
-    writer.flush()
-    text = ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k != "step")
-    log.info("step %d: %s", record["step"], text)
-
   def run(self) -> dict[str, Any]:
+    """Trains to cfg.num_train_steps; returns the summary `train_and_evaluate` describes."""
     cfg = self.cfg
-    wall_start = time.time()
-    self.setup_input()
-    self.setup_state()
-    metrics_path = self.workdir / METRICS_FILE
-    writer = None
-    if self.is_main:
-      _truncate_metrics(metrics_path, self.start_step)
-      writer = SummaryWriter(str(self.workdir / "tb"),
-                             purge_step=self.start_step + 1 if self.start_step else None)
     bar = tqdm.tqdm(total=cfg.num_train_steps, initial=self.start_step, unit="step",
                     dynamic_ncols=True,
                     disable=not (self.is_main and sys.stderr.isatty()))
@@ -248,8 +241,8 @@ class Trainer:
             "padded_tokens": float(host_batch["targets"].size),
             "flops": flops_lib.batch_train_flops(cfg, host_batch["inputs"],
                                                  host_batch["targets"])})
-        self.p_state, metrics = self.p_train_step(
-            self.p_state, parallel.shard_batch(host_batch), self.dropout_key)
+        self.state, metrics = self.devices.train_step(
+            self.state, self.devices.put_batch(host_batch), self.dropout_key)
         # Read the previous step only now, so the device always has work queued.
         if pending is not None:
           self.read_metrics(*pending, window)
@@ -277,7 +270,7 @@ class Trainer:
           last_record = self.log_record(step, window)  # timed before the eval runs
           evals = self.evaluate() if eval_due else {}
           last_record.update(evals)
-          self.write_record(last_record, writer)
+          self.writer.write(last_record)
           bar.set_postfix(loss=f"{last_record['train_loss']:.3f}",
                           tok_s=f"{last_record.get('tokens_per_s', 0):.0f}")
         if save_due:
@@ -290,10 +283,6 @@ class Trainer:
         evals = self.evaluate()
     finally:
       bar.close()
-      if writer is not None:
-        writer.close()
-      self.ckpt.close()  # waits for the asynchronous saves
-      self.train_iter.close()
 
     return {
         "final_step": self.start_step if last_record is None else last_record["step"],
@@ -301,7 +290,7 @@ class Trainer:
         "dev_loss": evals["eval_loss"],
         "dev_perplexity": evals["eval_perplexity"],
         "dev_accuracy": evals["eval_accuracy"],
-        "wall_time_s": time.time() - wall_start,
+        "wall_time_s": time.time() - self.created,
         "tokens_per_s": total_tokens / total_seconds if total_seconds else None,
         "device_kind": self.device_kind,
         "num_devices": self.num_devices,
@@ -309,14 +298,16 @@ class Trainer:
     }
 
 
-def train_and_evaluate(cfg: TransformerConfig, workdir: str | os.PathLike) -> dict[str, Any]:
+def train_and_evaluate(cfg: TransformerConfig, workdir: str | os.PathLike,
+                       dataset: Optional[data.Dataset] = None) -> dict[str, Any]:
   """Trains `cfg.num_train_steps` updates into `workdir` (resuming if it holds a run).
 
+  `dataset`: `data.prepare(cfg, workdir)`'s result, prepared here if not given.
   Returns a summary: final_step, train_loss (last logged), dev_loss,
-  dev_perplexity and dev_accuracy (last evaluation), wall_time_s, tokens_per_s
-  (real target tokens per second of training), device_kind, num_devices and
-  accum_steps. Raises FloatingPointError, naming the step, if the loss diverges.
+  dev_perplexity and dev_accuracy (last evaluation), wall_time_s (set-up and
+  training), tokens_per_s (real target tokens per second of training),
+  device_kind, num_devices and accum_steps. Raises FloatingPointError, naming
+  the step, if the loss diverges.
   """
-  workdir = pathlib.Path(workdir)
-  workdir.mkdir(parents=True, exist_ok=True)
-  return Trainer(cfg, workdir).run()
+  with Trainer(cfg, workdir, dataset) as trainer:
+    return trainer.run()

@@ -9,121 +9,21 @@ averaged parameters are used when present (`--no-average`: the latest
 checkpoint's). Sentences are decoded in batches of similar length and written
 back in input order. Every input line gives exactly one output line: an empty
 line gives an empty line, and a line longer than the model's `max_len` positions
-is cut to fit, with a warning naming the line.
+is cut to fit, with a warning naming the line. The library behind it:
+t2t_jax/inference.py.
 """
 
 from __future__ import annotations
 
 import argparse
-import io
-import json
-import os
 import pathlib
 import sys
-from typing import Any, Callable, Optional, Sequence, TextIO
+from typing import Optional, Sequence
 
-from t2t_jax import configs
-from t2t_jax import vocab
-from t2t_jax.ids import UNK_ID
-
-_TRAIN_FIRST = "train a model there first, or pass the right --workdir"
-
-
-def load_config(workdir: str | os.PathLike) -> configs.TransformerConfig:
-  """The config a work directory was trained with (`workdir/config.json`)."""
-  path = pathlib.Path(workdir) / "config.json"
-  if not path.is_file():
-    raise FileNotFoundError(f"{path} not found: {_TRAIN_FIRST}")
-  fields = json.loads(path.read_text())
-  try:
-    return configs.TransformerConfig(**fields)
-  except TypeError as e:
-    raise ValueError(f"{path} does not match this version's TransformerConfig ({e})") from None
-
-
-def load_tokenizer(workdir: str | os.PathLike) -> vocab.Tokenizer:
-  path = pathlib.Path(workdir) / "vocab" / "spm.model"
-  if not path.is_file():
-    raise FileNotFoundError(f"{path} not found: {_TRAIN_FIRST}")
-  return vocab.Tokenizer(str(path))
-
-
-def _warn(message: str) -> None:
-  print(f"warning: {message}", file=sys.stderr)
-
-
-def translate_lines(cfg: configs.TransformerConfig, params: Any, tokenizer: vocab.Tokenizer,
-                    lines: Sequence[str], *, beam_size: Optional[int] = None,
-                    alpha: Optional[float] = None, max_decode_extra: Optional[int] = None,
-                    batch_size: Optional[int] = None,
-                    warn: Callable[[str], None] = _warn) -> list[str]:
-  """One translation per line, in input order; settings default to the config's.
-
-  Blank lines give "" without decoding. Lines with more than cfg.max_len - 1
-  pieces (EOS needs the last position) are truncated, with `warn` naming the
-  1-based line number.
-  """
-  # Imported here: loading a work directory's config and vocabulary needs no JAX.
-  from t2t_jax import decode  # pylint: disable=import-outside-toplevel
-
-  limit = cfg.max_len - 1
-  sources = []
-  for number, line in enumerate(lines, 1):
-    line = line.encode("utf-8", errors="replace").decode("utf-8")  # lone surrogates -> "?"
-    ids = tokenizer.encode(line)[:-1] if line.strip() else []  # without the EOS encode adds
-    if len(ids) > limit:
-      warn(f"line {number} has {len(ids)} pieces; truncated to the model's {limit} "
-           f"(max_len={cfg.max_len} positions, one kept for EOS)")
-      ids = ids[:limit]
-    sources.append(ids)
-  todo = [i for i, ids in enumerate(sources) if ids]
-  outputs = decode.decode_ids(cfg, params, [sources[i] for i in todo], batch_size=batch_size,
-                              beam_size=beam_size, alpha=alpha, max_decode_extra=max_decode_extra)
-  translations = [""] * len(lines)
-  for i, ids in zip(todo, outputs):
-    translations[i] = ids_to_text(tokenizer, ids)
-  return translations
-
-
-def ids_to_text(tokenizer: vocab.Tokenizer, ids: Sequence[int]) -> str:
-  """Detokenised text on one line.
-
-  The model may have more ids than the SentencePiece model has pieces (a small
-  corpus can give fewer than vocab_size); an undertrained model may emit those,
-  and they read as unknown. A piece could hold a line break if the training text
-  had one; it becomes a space, so that each input line gets one output line.
-  """
-  known = [i if i < tokenizer.vocab_size else UNK_ID for i in ids]
-  return tokenizer.decode(known).replace("\r", " ").replace("\n", " ")
-
-
-class Translator:
-  """A work directory's config, tokenizer and parameters, ready to translate lines."""
-
-  def __init__(self, workdir: str | os.PathLike, average: bool = True, **overrides: Any):
-    """`overrides`: config fields to change for decoding, e.g. beam_size=1."""
-    from t2t_jax import checkpoint  # pylint: disable=import-outside-toplevel  (orbax)
-
-    self.cfg = load_config(workdir).replace(**overrides)
-    self.tokenizer = load_tokenizer(workdir)
-    self.params = checkpoint.load_params(workdir, averaged=average)
-
-  def translate(self, lines: Sequence[str], **settings: Any) -> list[str]:
-    """`translate_lines` with this work directory's model; `settings` override the config's."""
-    return translate_lines(self.cfg, self.params, self.tokenizer, lines, **settings)
-
-
-def _read_input(path: Optional[str]) -> list[str]:
-  # Only "\n" ends a line: a stray "\r", "\x0b" or U+2028 inside a sentence stays
-  # in it, so the output has as many lines as the input. Undecodable bytes become U+FFFD.
-  stream: TextIO
-  if path is None:
-    stream = io.TextIOWrapper(sys.stdin.buffer, encoding="utf-8", errors="replace", newline="\n")
-  else:
-    stream = open(path, encoding="utf-8", errors="replace", newline="\n")
-  with stream:
-    lines = [line[:-1] if line.endswith("\n") else line for line in stream]
-  return [line[:-1] if line.endswith("\r") else line for line in lines]
+from t2t_jax import cli
+from t2t_jax import inference
+from t2t_jax import textio
+from t2t_jax import workdir as workdir_lib
 
 
 def _write_output(path: Optional[str], lines: Sequence[str]) -> None:
@@ -136,9 +36,9 @@ def _write_output(path: Optional[str], lines: Sequence[str]) -> None:
       f.write(text)
 
 
+@cli.command
 def main(argv: Optional[Sequence[str]] = None) -> None:
-  parser = argparse.ArgumentParser(prog="t2t-translate", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.parser("t2t-translate", __doc__)
   parser.add_argument("--workdir", required=True, help="the training run's work directory")
   parser.add_argument("--input", help="source sentences, one per line (default: stdin)")
   parser.add_argument("--output", help="where to write translations (default: stdout)")
@@ -153,16 +53,15 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   args = parser.parse_args(argv)
 
   if not pathlib.Path(args.workdir).is_dir():
-    raise SystemExit(f"error: work directory {args.workdir} does not exist: {_TRAIN_FIRST}")
+    raise FileNotFoundError(f"work directory {args.workdir} does not exist: "
+                            f"{workdir_lib.TRAIN_FIRST}")
   overrides = {name: value for name, value in (
       ("beam_size", args.beam_size), ("alpha", args.alpha),
       ("max_decode_extra", args.max_decode_extra), ("decode_batch_size", args.batch_size))
                if value is not None}
-  try:
-    translator = Translator(args.workdir, average=args.average, **overrides)
-    lines = _read_input(args.input)
-  except (OSError, ValueError) as e:
-    raise SystemExit(f"error: {e}") from None
+  translator = inference.Translator(args.workdir, average=args.average, **overrides)
+  # Undecodable bytes become U+FFFD, so every input line still gets an output line.
+  lines = textio.read_lines(args.input or sys.stdin.buffer, errors="replace")
   _write_output(args.output, translator.translate(lines))
 
 

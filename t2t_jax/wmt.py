@@ -38,9 +38,9 @@ def _prepare_hint(name: str, data_dir: Optional[str]) -> str:
 def builder(cfg, download: bool = True):
   """The prepared tfds builder for config.dataset; prepares it first when allowed.
 
-  Raises a RuntimeError whose one-line message says how to prepare the data
-  elsewhere when it is not prepared and cannot be downloaded here, and a
-  ValueError for an unknown dataset or language.
+  Raises a one-line FileNotFoundError saying how to prepare the data elsewhere
+  when it is not prepared and cannot be downloaded here; ValueError for an
+  unknown dataset or language.
   """
   import tensorflow as tf
   import tensorflow_datasets as tfds
@@ -60,18 +60,17 @@ def builder(cfg, download: bool = True):
                        "set --config.source_lang/--config.target_lang")
   if not b.is_prepared():
     if not download:
-      raise RuntimeError(f"{cfg.dataset} is not prepared in "
-                         f"{data_dir or 'the tfds default dir'}; "
-                         f"{_prepare_hint(cfg.dataset, data_dir)}")
+      raise FileNotFoundError(f"{cfg.dataset} is not prepared in {data_dir or 'the tfds default dir'}"
+                       f"; {_prepare_hint(cfg.dataset, data_dir)}")
     log.info("Preparing %s in %s (downloads several GB the first time)", cfg.dataset,
              data_dir or "the tfds default data dir")
     try:
       b.download_and_prepare()
     except Exception as e:  # offline, or a mirror is down: one clear line, no traceback
       reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
-      raise RuntimeError(f"{cfg.dataset} is not prepared and could not be downloaded "
-                         f"({type(e).__name__}: {reason}); "
-                         f"{_prepare_hint(cfg.dataset, data_dir)}") from None
+      raise FileNotFoundError(f"{cfg.dataset} is not prepared and could not be downloaded "
+                       f"({type(e).__name__}: {reason}); {_prepare_hint(cfg.dataset, data_dir)}"
+                       ) from None
   return b
 
 

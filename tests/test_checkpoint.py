@@ -1,5 +1,6 @@
 """checkpoint.py: round trips, intervals, corrupt checkpoints, averaging against NumPy."""
 
+import logging
 import os
 import pathlib
 import shutil
@@ -14,6 +15,7 @@ import optax
 import pytest
 
 from t2t_jax import checkpoint
+from t2t_jax import checkpoint_cli
 from t2t_jax import configs
 from t2t_jax import optim
 from t2t_jax.steps import TrainState
@@ -52,12 +54,12 @@ def _save_steps(workdir, steps, cfg=_CFG):
       assert ckpt.maybe_save(step, _state(step), {"data": {"position": step}}, force=True)
 
 
-def test_round_trip_of_state_extras_and_rng(tmp_path):
-  state, key = _state(7), jax.random.key(123)
+def test_round_trip_of_state_and_extras(tmp_path):
+  state = _state(7)
   extras = {"data": {"epoch": 1, "index": np.int64(42), "order": np.arange(3)}, "note": "x"}
   with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:
     assert ckpt.restore_latest(state) is None
-    assert ckpt.maybe_save(7, state, extras, force=True, rng=key)
+    assert ckpt.maybe_save(7, state, extras, force=True)
     assert not ckpt.maybe_save(7, state, extras, force=True), "a step is written once"
 
   ckpt = checkpoint.Checkpointer(tmp_path, _CFG)
@@ -68,21 +70,18 @@ def test_round_trip_of_state_extras_and_rng(tmp_path):
     assert type(restored.opt_state) is type(state.opt_state)  # optax NamedTuples come back
     _assert_trees_equal(restored, jax.device_get(state))
     assert all(isinstance(x, np.ndarray) for x in jax.tree.leaves(restored))
-    np.testing.assert_array_equal(jax.random.key_data(restored_extras.pop("rng")),
-                                  jax.random.key_data(key))
     assert restored_extras == {"data": {"epoch": 1, "index": 42, "order": [0, 1, 2]},
                                "note": "x"}
   ckpt.close()
 
 
-def test_raw_uint32_key_round_trips_and_bad_extras_fail_early(tmp_path):
+def test_bad_extras_and_typed_keys_fail_early(tmp_path):
   with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:
     with pytest.raises(ValueError, match="JSON"):
       ckpt.maybe_save(1, _state(1), {"bad": object()}, force=True)
-    ckpt.maybe_save(2, _state(2), None, force=True, rng=jax.random.PRNGKey(5))
-    _, extras = ckpt.restore_latest(_state(0))
-  np.testing.assert_array_equal(extras["rng"], jax.random.PRNGKey(5))
-  assert extras["rng"].dtype == jnp.uint32
+    with pytest.raises(ValueError, match="typed PRNG keys"):
+      ckpt.maybe_save(1, {"key": jax.random.key(0)}, force=True)
+    assert ckpt.all_steps() == []
 
 
 def test_saved_values_are_copies_not_views_of_donated_buffers(tmp_path):
@@ -256,19 +255,21 @@ def _np_mean(steps):
                       .astype(np.float32), *trees)
 
 
-def test_average_equals_numpy_mean_and_load_params(tmp_path, capsys):
+def test_average_equals_numpy_mean_and_load_params(tmp_path, caplog):
   _save_steps(tmp_path, [10, 20, 30, 40, 50], cfg=_CFG.replace(average_last=5))
   averaged = checkpoint.average_checkpoints(tmp_path, last=3)
   _assert_trees_equal(averaged, _np_mean([30, 40, 50]))
   # A separate mean differs from any single checkpoint (the test can fail).
   assert not np.array_equal(averaged["embed"], np.asarray(_state(50).params["embed"]))
 
+  caplog.set_level(logging.INFO, logger="t2t_jax.checkpoint")
   loaded = checkpoint.load_params(tmp_path)
   _assert_trees_equal(loaded, averaged)
-  assert "[30, 40, 50]" in capsys.readouterr().err
+  assert "[30, 40, 50]" in caplog.text
+  caplog.clear()
   latest = checkpoint.load_params(tmp_path, averaged=False)
   _assert_trees_equal(latest, jax.device_get(_state(50).params))
-  assert "step 50" in capsys.readouterr().err
+  assert "step 50" in caplog.text
 
   with pytest.warns(checkpoint.CheckpointWarning, match="fewer than last=9"):
     all_five = checkpoint.average_checkpoints(tmp_path, last=9)
@@ -284,26 +285,27 @@ def test_average_skips_a_corrupt_checkpoint(tmp_path):
   _assert_trees_equal(averaged, _np_mean([2, 4]))
 
 
-def test_load_params_falls_back_to_latest_and_warns_when_stale(tmp_path, capsys):
+def test_load_params_falls_back_to_latest_and_warns_when_stale(tmp_path, caplog):
   _save_steps(tmp_path, [1, 2])
   checkpoint.average_checkpoints(tmp_path, last=2)
   _save_steps(tmp_path, [3])
   with pytest.warns(checkpoint.CheckpointWarning, match="averages up to step 2"):
     checkpoint.load_params(tmp_path)
   shutil.rmtree(tmp_path / "averaged")
-  _assert_trees_equal(checkpoint.load_params(tmp_path), jax.device_get(_state(3).params))
-  assert "no averaged checkpoint" in capsys.readouterr().err
+  with caplog.at_level(logging.INFO, logger="t2t_jax.checkpoint"):
+    _assert_trees_equal(checkpoint.load_params(tmp_path), jax.device_get(_state(3).params))
+  assert "no averaged checkpoint" in caplog.text
 
 
 def test_console_script(tmp_path, capsys):
   with pytest.raises(SystemExit, match="no checkpoints"):
-    checkpoint.main(["--workdir", str(tmp_path)])
+    checkpoint_cli.main(["--workdir", str(tmp_path)])
   _save_steps(tmp_path, [1, 2, 3])
-  checkpoint.main(["--workdir", str(tmp_path), "--last", "2"])
+  checkpoint_cli.main(["--workdir", str(tmp_path), "--last", "2"])
   assert "Averaged steps [2, 3]" in capsys.readouterr().out
   _assert_trees_equal(checkpoint.load_params(tmp_path), _np_mean([2, 3]))
   (tmp_path / "config.json").write_text('{"average_last": 3}')
-  checkpoint.main(["--workdir", str(tmp_path)])
+  checkpoint_cli.main(["--workdir", str(tmp_path)])
   assert "Averaged steps [1, 2, 3]" in capsys.readouterr().out
   with pytest.raises(SystemExit):
-    checkpoint.main(["--workdir", str(tmp_path), "--last", "0"])
+    checkpoint_cli.main(["--workdir", str(tmp_path), "--last", "0"])

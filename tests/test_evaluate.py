@@ -83,12 +83,6 @@ def test_mismatched_line_counts_raise():
     evaluate.bleu_scores(HYPS[:3], REFS, "de")
 
 
-def test_read_lines_splits_on_newlines_only(tmp_path):
-  path = tmp_path / "hyp.txt"
-  path.write_bytes("eins\u2028zwei\r\ndrei\x0bvier\n\nfünf\n".encode())
-  assert evaluate.read_lines(path) == ["eins\u2028zwei", "drei\x0bvier", "", "fünf"]
-
-
 def test_cli_prints_the_three_scores_as_json(tmp_path):
   hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
   hyp.write_text("\n".join(HYPS) + "\n", encoding="utf-8")

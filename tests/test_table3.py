@@ -1,25 +1,17 @@
-"""experiments/table3.py: two Table 3 rows end to end on a tiny demo run, ours beside the paper."""
+"""table3.py: two Table 3 rows end to end on a tiny demo run, ours beside the paper."""
 
-import importlib.util
 import json
 import pathlib
+import subprocess
+import sys
 
 import pytest
 
-from t2t_jax import configs
+from t2t_jax import configs, table3
+from t2t_jax.configs import PAPER_PARAMS_M, count_params, get_config
 from t2t_jax.datasets import demo
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
-
-
-def _load_script():
-  spec = importlib.util.spec_from_file_location("table3", ROOT / "experiments" / "table3.py")
-  module = importlib.util.module_from_spec(spec)
-  spec.loader.exec_module(module)
-  return module
-
-
-table3 = _load_script()
 
 # One layer, tiny widths: rows D3 (eps_ls 0) and E (learned positions) keep their own
 # settings, which these overrides do not touch.
@@ -73,15 +65,34 @@ def test_two_rows_on_demo_data(tmp_path):
   assert [r["dev_perplexity"] for r in again] == [r["dev_perplexity"] for r in results]
 
 
-def test_row_selection_and_overrides():
+def test_row_selection_and_overrides(capsys):
   assert table3.parse_rows("all") == ["base", *configs.TABLE3_ROWS, "big"]
   assert table3.parse_rows("A1, C4") == ["A1", "C4"]
-  with pytest.raises(SystemExit, match="unknown --rows"):
+  with pytest.raises(ValueError, match="unknown --rows"):
     table3.parse_rows("A9")
-  cfg = table3.row_config("C4", ["--config.dropout_rate=0.2"], "demo", 50)
+  with pytest.raises(SystemExit, match="unknown --rows"):
+    table3.main(["--rows=A9"])
+  cfg = table3.row_config("C4", {"dropout_rate": 0.2}, "demo", 50)
   assert (cfg.d_model, cfg.d_k, cfg.d_v, cfg.dropout_rate) == (256, 32, 32, 0.2)
   assert (cfg.dataset, cfg.vocab_size, cfg.num_train_steps) == ("demo", 1000, 50)
-  assert table3.row_config("big", [], None, None).num_train_steps == 300_000
+  assert table3.row_config("big", {}, None, None).num_train_steps == 300_000
   assert table3.describe_row("A1") == "h=1 d_k=512 d_v=512"
-  with pytest.raises(SystemExit, match="--rows"):
+  with pytest.raises(SystemExit):
     table3.main(["--steps=3"])
+  assert "give --rows=" in capsys.readouterr().err
+
+
+def test_param_counts_command_prints_every_row():
+  out = subprocess.run([sys.executable, str(ROOT / "experiments" / "table3.py"),
+                        "--param_counts"], capture_output=True, text=True, check=True).stdout
+  rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[2:]}
+  assert list(rows) == ["base", *configs.TABLE3_ROWS, "big"]
+  for name, paper in PAPER_PARAMS_M.items():
+    ours, paper_text, diff = rows[name]
+    assert float(paper_text) == paper
+    assert float(ours) == pytest.approx(count_params(get_config(name)) / 1e6, abs=0.05)
+    assert abs(float(diff.rstrip("%"))) < 7
+  assert rows["A1"][1] == "-"
+  small = table3.param_counts(vocab_size=1000).splitlines()
+  assert float(small[1].split()[1]) == pytest.approx(
+      count_params(get_config("base", vocab_size=1000)) / 1e6, abs=0.05)

@@ -2,9 +2,10 @@
 
 The 8-device/1-device comparison runs in two subprocesses (a process cannot change
 its device count): the same 20 steps with dropout off must log the same training
-loss at every step, although one splits each batch over 8 devices and the other
-accumulates it over 4 micro-steps on 1 device, and is moreover killed (simulated)
-and resumed half-way.
+loss at every step, although one splits each batch over 8 devices (with
+`parallelism="shard_map"`) and the other accumulates it over 4 micro-steps on 1
+device (with the default pmap), and is moreover killed (simulated) and resumed
+half-way.
 """
 
 import json
@@ -17,7 +18,7 @@ import sys
 import numpy as np
 import pytest
 
-from t2t_jax import checkpoint, configs, data, train
+from t2t_jax import checkpoint, configs, data, metrics_writer, train
 from t2t_jax.datasets import demo
 
 REPO = pathlib.Path(__file__).resolve().parents[1]
@@ -65,7 +66,7 @@ def _workdir(tmp_path, corpus, name):
 
 
 def _metrics(workdir):
-  return [json.loads(line) for line in (workdir / train.METRICS_FILE).read_text().splitlines()]
+  return [json.loads(line) for line in (workdir / metrics_writer.METRICS_FILE).read_text().splitlines()]
 
 
 def _start(workdir, devices, plan):
@@ -88,11 +89,14 @@ def _summary(process):
 def test_eight_devices_log_the_same_losses_as_one_and_the_loss_falls(tmp_path, corpus):
   runs = {n: _workdir(tmp_path, corpus, f"devices{n}") for n in (8, 1)}
   whole = {**TINY, "num_train_steps": 20}
+  # The two ways to map the step over devices (config.parallelism) must train alike:
+  # the 8-device run uses shard_map, the 1-device run the default pmap.
+  eight = {**whole, "parallelism": "shard_map"}
   # The 1-device run stops at step 12 with checkpoints at 8 and 12; deleting 12
   # leaves what a kill just before that save would: metrics.jsonl lines 9-12 that
   # the resumed run (from step 8) must replace, not duplicate.
   first = {**whole, "num_train_steps": 12, "checkpoint_every_steps": 8}
-  processes = {8: _start(runs[8], 8, {"runs": [whole]}),
+  processes = {8: _start(runs[8], 8, {"runs": [eight]}),
                1: _start(runs[1], 1, {"runs": [first, whole],
                                       "then_delete_checkpoints": [12]})}
   summaries = {n: _summary(p) for n, p in processes.items()}
@@ -133,12 +137,3 @@ def test_divergence_stops_naming_the_step_and_saves_no_bad_state(tmp_path, corpu
   assert max(saved, default=0) < bad_step, (saved, bad_step)
   assert max(r["step"] for r in _metrics(workdir)) < bad_step
 
-
-def test_resume_truncates_metrics_after_the_checkpoint(tmp_path):
-  path = tmp_path / train.METRICS_FILE
-  lines = [json.dumps({"step": s, "train_loss": 1.0 / s}) for s in (1, 2, 3, 4)]
-  path.write_text("\n".join(lines) + '\n{"step": 5, "train_lo')  # killed mid-write
-  train._truncate_metrics(path, 2)
-  assert [r["step"] for r in _metrics(tmp_path)] == [1, 2]
-  train._truncate_metrics(path, 0)  # a fresh start keeps nothing
-  assert path.read_text() == ""

@@ -1,8 +1,12 @@
-"""t2t-translate on a tiny random model in a temporary work directory: one line out per line in."""
+"""inference.py and t2t-translate on a tiny random model in a temporary work directory.
+
+One line out per line in, in input order; clear errors for a work directory without a model.
+"""
 
 import dataclasses
 import io
 import json
+import logging
 import sys
 
 import jax
@@ -15,7 +19,9 @@ from t2t_jax import decode
 from t2t_jax.ids import EOS_ID, UNK_ID
 from t2t_jax.datasets import demo
 from t2t_jax import evaluate
+from t2t_jax import inference
 from t2t_jax import model
+from t2t_jax import textio
 from t2t_jax import translate
 from t2t_jax import vocab
 
@@ -61,7 +67,7 @@ def saved(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def translator(saved):
-  return translate.Translator(saved[0])
+  return inference.Translator(saved[0])
 
 
 @pytest.fixture(scope="module")
@@ -84,7 +90,7 @@ def test_every_line_gets_one_translation_in_input_order(translator):
 
 def test_average_is_the_default_and_no_average_takes_the_latest(saved, translator):
   workdir, first, second = saved
-  latest = translate.Translator(workdir, average=False).params
+  latest = inference.Translator(workdir, average=False).params
   for got, a, b in zip(jax.tree.leaves(translator.params), jax.tree.leaves(first),
                        jax.tree.leaves(second)):
     np.testing.assert_allclose(got, (np.asarray(a) + np.asarray(b)) / 2, rtol=1e-6)
@@ -93,16 +99,17 @@ def test_average_is_the_default_and_no_average_takes_the_latest(saved, translato
 
 
 def test_command_line_stdin_to_stdout_and_files(workdir, translator, monkeypatch, capsysbinary,
-                                                tmp_path):
+                                                caplog, tmp_path):
   expected = translator.translate(LINES, warn=lambda _: None)
   data = ("\r\n".join(LINES) + "\n").encode("utf-8") + b"\xff broken utf-8\n"
   monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
-  translate.main(["--workdir", str(workdir)])
+  with caplog.at_level(logging.WARNING, logger="t2t_jax.inference"):
+    translate.main(["--workdir", str(workdir)])
   captured = capsysbinary.readouterr()
   out = captured.out.decode("utf-8").split("\n")
   assert out[-1] == "" and len(out) - 1 == len(LINES) + 1
   assert out[:-2] == expected
-  assert b"line 7 " in captured.err
+  assert "line 7 " in caplog.text
 
   # The flags reach the search.
   calls = []
@@ -119,7 +126,7 @@ def test_command_line_stdin_to_stdout_and_files(workdir, translator, monkeypatch
   translate.main(["--workdir", str(workdir), "--input", str(source), "--output", str(target),
                   "--beam_size", "3", "--alpha", "0.2", "--max_decode_extra", "1",
                   "--batch_size", "2", "--no-average"])
-  assert len(evaluate.read_lines(target)) == 4
+  assert len(textio.read_lines(target)) == 4
   assert len(calls) == 2  # three non-empty lines, two per batch
   for shape, settings in calls:
     assert shape[0] <= 2
@@ -151,7 +158,7 @@ def test_decode_and_score_writes_hypotheses_and_three_scores(translator, tmp_pat
   scores = evaluate.decode_and_score(translator.cfg, translator.params, translator.tokenizer,
                                      sources, references, out)
   assert {"sacrebleu", "sacrebleu_intl", "paper"} <= set(scores)
-  hyps = evaluate.read_lines(out)
+  hyps = textio.read_lines(out)
   assert hyps == translator.translate(sources, warn=lambda _: None)
   assert scores["sacrebleu"]["score"] == pytest.approx(
       evaluate.bleu_scores(hyps, references, "de")["sacrebleu"]["score"])
@@ -161,7 +168,7 @@ def test_decode_and_score_writes_hypotheses_and_three_scores(translator, tmp_pat
 def test_ids_beyond_the_sentencepiece_model_read_as_unknown(translator):
   tokenizer = translator.tokenizer
   ids = tokenizer.encode("the dog")[:-1]
-  assert translate.ids_to_text(tokenizer, ids) == "the dog"
-  text = translate.ids_to_text(tokenizer, ids + [tokenizer.vocab_size, tokenizer.vocab_size + 7])
+  assert inference.ids_to_text(tokenizer, ids) == "the dog"
+  text = inference.ids_to_text(tokenizer, ids + [tokenizer.vocab_size, tokenizer.vocab_size + 7])
   assert text == tokenizer.decode(ids + [UNK_ID, UNK_ID])
 

@@ -110,12 +110,12 @@ def test_unprepared_and_offline_gives_one_clear_line(tmp_path, monkeypatch, offl
 
   monkeypatch.setattr(tfds.download.DownloadManager, "download_and_extract", no_network)
   cfg = configs.get_config("base", dataset="wmt14_translate/de-en", data_dir=str(tmp_path))
-  with pytest.raises(RuntimeError) as e:
+  with pytest.raises(FileNotFoundError) as e:
     wmt.load_pairs(cfg, "test")
   message = str(e.value)
   assert "\n" not in message and "could not be downloaded" in message
   assert f"tfds build wmt14_translate/de-en --data_dir {tmp_path}" in message
-  with pytest.raises(RuntimeError, match="is not prepared in"):
+  with pytest.raises(FileNotFoundError, match="is not prepared in"):
     wmt.load_pairs(cfg, "test", download=False)
   with pytest.raises(ValueError, match="has languages"):
     wmt.load_pairs(cfg.replace(target_lang="fr"), "test")

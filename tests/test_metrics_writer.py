@@ -1,0 +1,39 @@
+"""metrics_writer.py: records in metrics.jsonl and TensorBoard; a resumed run drops later lines."""
+
+import json
+import logging
+
+from t2t_jax import metrics_writer
+
+
+def _steps(path):
+  return [json.loads(line)["step"] for line in path.read_text().splitlines()]
+
+
+def test_resume_truncates_metrics_after_the_checkpoint(tmp_path):
+  path = tmp_path / metrics_writer.METRICS_FILE
+  lines = [json.dumps({"step": s, "train_loss": 1.0 / s}) for s in (1, 2, 3, 4)]
+  path.write_text("\n".join(lines) + '\n{"step": 5, "train_lo')  # killed mid-write
+  metrics_writer.truncate(path, 2)
+  assert _steps(path) == [1, 2]
+  metrics_writer.truncate(path, 0)  # a fresh start keeps nothing
+  assert path.read_text() == ""
+
+
+def test_writer_appends_after_the_resumed_step_and_logs_each_record(tmp_path, caplog):
+  path = tmp_path / metrics_writer.METRICS_FILE
+  path.write_text("".join(json.dumps({"step": s}) + "\n" for s in (1, 2, 3)))
+  writer = metrics_writer.MetricsWriter(tmp_path, start_step=2)
+  with caplog.at_level(logging.INFO):
+    writer.write({"step": 3, "train_loss": 0.5, "tokens_per_s": 1234.5})
+  writer.close()
+  assert _steps(path) == [1, 2, 3]
+  assert json.loads(path.read_text().splitlines()[-1])["train_loss"] == 0.5
+  assert "step 3: train_loss 0.5, tokens_per_s 1234" in caplog.text
+  assert any((tmp_path / metrics_writer.TENSORBOARD_DIR).iterdir())
+
+  # Not the main process: nothing is written, nothing is truncated.
+  quiet = metrics_writer.MetricsWriter(tmp_path / "other", start_step=0, enabled=False)
+  quiet.write({"step": 1, "train_loss": 1.0})
+  quiet.close()
+  assert not (tmp_path / "other").exists()
