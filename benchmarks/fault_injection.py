@@ -145,8 +145,8 @@ def run_reference(cmd, env, log) -> tuple[float, float]:
 
 def final_state(workdir: pathlib.Path):
   import jax  # pylint: disable=g-import-not-at-top
-  from t2t_jax import checkpoint, experiment, optim, steps  # pylint: disable=g-import-not-at-top
-  cfg = experiment.load_config(workdir)
+  from t2t_jax import checkpoint, optim, steps, workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  cfg = workdir_lib.load_config(workdir)
   abstract = jax.eval_shape(functools.partial(
       steps.create_train_state, cfg, optim.make_optimizer(cfg)), jax.random.key(0))
   with checkpoint.Checkpointer(workdir, cfg) as ckpt:
