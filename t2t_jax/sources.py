@@ -19,6 +19,7 @@ import time
 from typing import Callable
 
 from t2t_jax import textio
+from t2t_jax import workdir_lock
 from t2t_jax.datasets import demo
 
 log = logging.getLogger(__name__)
@@ -78,13 +79,20 @@ def text_source(cfg, workdir: str) -> Source:
 
 
 def demo_source(cfg, workdir: str) -> Source:
-  """The demo corpus in WORKDIR/data/demo, generated there (seeded by cfg.seed) if absent."""
+  """The demo corpus in WORKDIR/data/demo, generated there (seeded by cfg.seed) if absent.
+
+  Damaged files (checked against the checksums written with them) are generated
+  again, with a warning: the generator is deterministic.
+  """
   directory = os.path.join(workdir, "data", "demo")
-  paths = demo.corpus_paths(directory)
-  if paths is None:
-    start = time.time()
-    paths = demo.write_corpus(directory, seed=cfg.seed)
-    log.info("Wrote the demo corpus to %s in %.1f s", directory, time.time() - start)
+  # Processes sharing the work directory write it once; the others wait for it.
+  with workdir_lock.file_lock(os.path.join(directory, ".locks", "corpus"),
+                              f"writing the demo corpus into {directory}"):
+    paths = demo.corpus_paths(directory)
+    if paths is None:
+      start = time.time()
+      paths = demo.write_corpus(directory, seed=cfg.seed)
+      log.info("Wrote the demo corpus to %s in %.1f s", directory, time.time() - start)
   return _files({split: ",".join(p) for split, p in paths.items()})
 
 

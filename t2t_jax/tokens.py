@@ -3,7 +3,8 @@
 Each split is stored once as concatenated int32 ids plus offsets in
 `<directory>/tokens-<key>.npz`; the key hashes the SentencePiece model, the
 source's signature and the length limits, so a restart with the same key never
-touches SentencePiece or the raw training text.
+touches SentencePiece or the raw training text. A damaged cache is deleted and
+made again, with a warning; processes sharing the directory make it once.
 """
 
 from __future__ import annotations
@@ -14,11 +15,14 @@ import json
 import logging
 import os
 import time
-from typing import Callable, Sequence
+import zipfile
+import zlib
+from typing import Callable, Optional, Sequence
 
 import numpy as np
 
 from t2t_jax import vocab as vocab_lib
+from t2t_jax import workdir_lock
 from t2t_jax.sources import Pairs
 
 log = logging.getLogger(__name__)
@@ -109,13 +113,31 @@ def save_cache(path: str, splits: dict[str, TokenizedSplit], counts: dict) -> No
   os.replace(tmp, path)
 
 
-def load_cache(path: str) -> tuple[dict[str, TokenizedSplit], dict]:
-  with np.load(path) as z:
-    splits = {}
-    for name in SPLITS:
-      splits[name] = TokenizedSplit(*(z[f"{name}/{f.name}"]
-                                      for f in dataclasses.fields(TokenizedSplit)))
-    counts = json.loads(z["counts"].tobytes().decode())
+def load_cache(path: str, vocab_size: Optional[int] = None
+               ) -> tuple[dict[str, TokenizedSplit], dict]:
+  """The cached splits and counts; ValueError when the file is damaged.
+
+  np.savez stores each array with a CRC-32, which zipfile checks on reading;
+  the offsets and (given `vocab_size`) the id range are checked here.
+  """
+  try:
+    with np.load(path) as z:
+      splits = {}
+      for name in SPLITS:
+        splits[name] = TokenizedSplit(*(z[f"{name}/{f.name}"]
+                                        for f in dataclasses.fields(TokenizedSplit)))
+      counts = json.loads(z["counts"].tobytes().decode())
+  except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as e:
+    raise ValueError(f"{type(e).__name__}: {e}") from None
+  for name, split in splits.items():
+    for ids, offsets in ((split.src_ids, split.src_offsets), (split.tgt_ids, split.tgt_offsets)):
+      if (len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(ids)
+          or np.any(np.diff(offsets) < 0)):
+        raise ValueError(f"the {name} offsets do not fit the ids")
+      if vocab_size is not None and len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
+        raise ValueError(f"the {name} ids are outside the vocabulary")
+  if not isinstance(counts, dict):
+    raise ValueError("the counts are not a JSON object")
   return splits, counts
 
 
@@ -143,10 +165,35 @@ def load_or_tokenize(tokenizer: vocab_lib.Tokenizer, directory: str, signature: 
   """
   key = cache_key(tokenizer.model_path, signature, max_source_length, max_target_length)
   path = os.path.join(directory, f"tokens-{key}.npz")
-  if os.path.exists(path):
-    splits, counts = load_cache(path)
+
+  def cached() -> Optional[tuple[dict[str, TokenizedSplit], dict]]:
+    if not os.path.exists(path):
+      return None
+    try:
+      loaded = load_cache(path, tokenizer.vocab_size)
+    except ValueError as e:
+      log.warning("The token cache %s is damaged (%s); tokenising again", path, e)
+      os.remove(path)
+      return None
     log.info("Loaded token ids from %s", path)
-    return splits, counts
+    return loaded
+
+  loaded = cached()
+  if loaded is not None:
+    return loaded
+  # Processes sharing the work directory tokenise once; the others wait, then load.
+  with workdir_lock.file_lock(os.path.join(directory, ".locks", os.path.basename(path)),
+                              f"tokenising into {path}"):
+    loaded = cached()
+    if loaded is not None:
+      return loaded
+    return _tokenize_and_save(tokenizer, path, train, dev, test, max_source_length,
+                              max_target_length)
+
+
+def _tokenize_and_save(tokenizer: vocab_lib.Tokenizer, path: str, train: Callable[[], Pairs],
+                       dev: Pairs, test: Pairs, max_source_length: int,
+                       max_target_length: int) -> tuple[dict[str, TokenizedSplit], dict]:
   start = time.time()
   train_pairs = train()
   train_split, counts = tokenize_pairs(tokenizer, train_pairs, max_source_length,
@@ -157,7 +204,7 @@ def load_or_tokenize(tokenizer: vocab_lib.Tokenizer, directory: str, signature: 
   total = len(train_pairs) + len(dev) + len(test)
   counts["seconds"] = seconds
   counts["pairs_per_second"] = total / seconds
-  os.makedirs(directory, exist_ok=True)
+  os.makedirs(os.path.dirname(path), exist_ok=True)
   save_cache(path, splits, counts)
   log.info("Tokenised %d pairs in %.1f s (%.0f pairs/s); cached in %s", total, seconds,
            counts["pairs_per_second"], path)

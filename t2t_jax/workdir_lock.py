@@ -18,8 +18,9 @@ A lock is stale, and is taken over with a warning, when
   are compared with the file system's own clock, not this host's;
 - it cannot be read (emptied or garbled).
 Taking over happens under a file lock, so two processes that find the same
-stale lock cannot both take it. On several hosts, only one process (e.g.
-process 0) should take the run lock; the others do not.
+stale lock cannot both take it. Within one process the lock is re-entrant (the
+experiment holds it around training, which takes it again). On several hosts,
+only one process (e.g. process 0) should take the run lock; the others do not.
 
 Build lock: `build_once(path, build, lock_dir)` makes `path` exactly once
 among processes sharing a work directory (several runs, or the hosts of one
@@ -54,6 +55,10 @@ HEARTBEAT_SECONDS = 60.0
 STALE_SECONDS = 600.0
 
 T = TypeVar("T")
+
+# Run locks this process holds: lock path -> how many RunLocks hold it (re-entrancy).
+_HELD: dict[pathlib.Path, int] = {}
+_HELD_GUARD = threading.Lock()
 
 
 class WorkdirBusyError(RuntimeError):
@@ -209,16 +214,22 @@ class RunLock:
     self._heartbeat_seconds = heartbeat_seconds
     self._stale_seconds = stale_seconds
     self._record: Optional[dict] = None
+    self._nested = False
     self._stop = threading.Event()
     self._thread: Optional[threading.Thread] = None
 
   @property
   def held(self) -> bool:
-    return self._record is not None
+    return self._record is not None or self._nested
 
   def acquire(self) -> "RunLock":
     if self.held:
       raise RuntimeError(f"{self.path} is already held by this RunLock")
+    with _HELD_GUARD:
+      if self.path in _HELD:  # an outer RunLock of this process has it
+        _HELD[self.path] += 1
+        self._nested = True
+        return self
     self.workdir.mkdir(parents=True, exist_ok=True)
     record = this_process()
     text = json.dumps(record) + "\n"
@@ -239,6 +250,8 @@ class RunLock:
         log.warning("Taking over %s: %s", self.path, reason)
         os.remove(self.path)
     self._record = record
+    with _HELD_GUARD:
+      _HELD[self.path] = 1
     self._stop.clear()
     self._thread = threading.Thread(target=self._heartbeat, name="run-lock-heartbeat",
                                     daemon=True)
@@ -281,8 +294,15 @@ class RunLock:
 
   def release(self) -> None:
     """Stops the heartbeat and removes the lock file if it is still this run's."""
+    if self._nested:
+      with _HELD_GUARD:
+        _HELD[self.path] -= 1
+      self._nested = False
+      return
     if not self.held:
       return
+    with _HELD_GUARD:
+      _HELD.pop(self.path, None)
     self._stop.set()
     if self._thread is not None:
       self._thread.join()

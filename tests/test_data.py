@@ -1,7 +1,12 @@
 """The prepared dataset: reading corpora, the token cache, length buckets and device batches."""
 
+import dataclasses
 import functools
 import gc
+import json
+import pathlib
+import subprocess
+import sys
 import threading
 
 import numpy as np
@@ -178,6 +183,81 @@ def test_demo_dataset_is_generated_into_the_workdir(tmp_path, monkeypatch):
   assert (tmp_path / "data" / "demo" / "train.de").exists()
   assert len(ds.train) + ds.counts["too_long"] == 600 and len(ds.test_sources()) == 50
   assert ds.tokenizer.vocab_size <= 300
+
+
+def _damage(path, how):
+  data_ = path.read_bytes()
+  middle = len(data_) // 2
+  path.write_bytes({"truncated": data_[:middle], "emptied": b"",
+                    "garbled": data_[:middle] + bytes([data_[middle] ^ 0xFF])
+                    + data_[middle + 1:]}[how])
+
+
+@pytest.mark.parametrize("how", ["truncated", "emptied", "garbled"])
+def test_a_damaged_token_cache_is_made_again_with_a_warning(corpus_dir, tmp_path, how, caplog):
+  cfg = _config(corpus_dir)
+  first = data.prepare(cfg, str(tmp_path))
+  (cache,) = (tmp_path / "data").glob("tokens-*.npz")
+  _damage(cache, how)
+  again = data.prepare(cfg, str(tmp_path))
+  assert "is damaged" in caplog.text and "tokenising again" in caplog.text
+  for name in tokens.SPLITS:
+    for field in ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets"):
+      assert np.array_equal(getattr(getattr(first, name), field),
+                            getattr(getattr(again, name), field))
+  tokens.load_cache(str(cache), again.tokenizer.vocab_size)  # whole again
+
+
+def test_token_cache_checks_offsets_and_id_range(ds, tmp_path):
+  splits = {"train": ds.train, "dev": ds.dev, "test": ds.test}
+  path = str(tmp_path / "tokens.npz")
+  tokens.save_cache(path, splits, {"kept": 1})
+  tokens.load_cache(path, ds.tokenizer.vocab_size)
+  with pytest.raises(ValueError, match="outside the vocabulary"):
+    tokens.load_cache(path, vocab_size=5)
+  bad = dict(splits, dev=tokens.TokenizedSplit(ds.dev.src_ids, ds.dev.src_offsets[:-1],
+                                               ds.dev.tgt_ids, ds.dev.tgt_offsets))
+  tokens.save_cache(path, bad, {"kept": 1})
+  with pytest.raises(ValueError, match="dev offsets"):
+    tokens.load_cache(path)
+
+
+def test_a_damaged_demo_corpus_is_written_again(tmp_path, monkeypatch, caplog):
+  small = functools.partial(demo.write_corpus, num_train=300, num_dev=20, num_test=20)
+  monkeypatch.setattr(demo, "write_corpus", small)
+  cfg = configs.get_config("demo", vocab_size=200, tokens_per_batch=512)
+  data.prepare(cfg, str(tmp_path))
+  directory = tmp_path / "data" / "demo"
+  original = {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()}
+  _damage(directory / "train.de", "truncated")
+  data.prepare(cfg, str(tmp_path))
+  assert "demo corpus" in caplog.text and "train.de" in caplog.text
+  assert {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()} == original
+
+
+# Prepares a text dataset in argv[1]; stderr says whether it trained or tokenised.
+_PREPARE = """
+import json, logging, sys
+from t2t_jax import configs, data
+logging.basicConfig(level=logging.INFO)
+data.prepare(configs.get_config("base", **json.loads(sys.argv[2])), sys.argv[1])
+"""
+
+
+def test_concurrent_first_runs_build_vocabulary_and_tokens_once(corpus_dir, tmp_path):
+  settings = {k: v for k, v in dataclasses.asdict(_config(corpus_dir)).items()
+              if k in ("dataset", "train_files", "dev_files", "test_files", "vocab_size",
+                       "max_source_length", "max_target_length", "tokens_per_batch",
+                       "max_tokens_per_device", "max_len", "seed")}
+  root = pathlib.Path(__file__).resolve().parents[1]
+  processes = [subprocess.Popen([sys.executable, "-c", _PREPARE, str(tmp_path),
+                                 json.dumps(settings)], cwd=root, stdout=subprocess.DEVNULL,
+                                stderr=subprocess.PIPE, text=True) for _ in range(3)]
+  logs = [p.communicate(timeout=300)[1] for p in processes]
+  assert all(p.returncode == 0 for p in processes), logs
+  text = "".join(logs)
+  assert text.count("Trained vocabulary") == 1 and text.count("Tokenised") == 1, text
+  assert text.count("Loaded token ids") == 2
 
 
 def test_prefetch_thread_does_not_outlive_the_iterator(ds):

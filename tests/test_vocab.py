@@ -1,6 +1,11 @@
 """The shared SentencePiece vocabulary: ids, exact round trip, caching, clear errors."""
 
+import json
 import os
+import pathlib
+import shutil
+import subprocess
+import sys
 
 import pytest
 
@@ -62,6 +67,70 @@ def test_small_corpus_with_a_large_vocab_still_trains(tmp_path):
   assert tok.decode(tok.encode("Die Katze schläft.")) == "Die Katze schläft."
   # NFKC (SentencePiece's default) would turn "½" into "1⁄2"; identity keeps it.
   assert tok.decode(tok.encode("Es kostet ½ Euro.")) == "Es kostet ½ Euro."
-  assert sorted(os.listdir(tmp_path)) == ["spm.json", "spm.model", "spm.vocab"]
+  assert sorted(n for n in os.listdir(tmp_path) if not n.startswith(".")) == [
+      "spm.json", "spm.model", "spm.vocab"]
   with pytest.raises(ValueError, match="no non-empty lines"):
     vocab.build_or_load(100, str(tmp_path / "empty"), lambda: [("", " ")])
+
+
+def _damage(path, how):
+  data = open(path, "rb").read()
+  damaged = {"truncated": data[:len(data) // 2], "emptied": b"",
+             "garbled": data[:len(data) // 2] + bytes([data[len(data) // 2] ^ 0xFF])
+             + data[len(data) // 2 + 1:]}[how]
+  with open(path, "wb") as f:
+    f.write(damaged)
+
+
+@pytest.mark.parametrize("how", ["truncated", "emptied", "garbled"])
+def test_a_damaged_model_stops_with_what_to_do_never_a_silent_rebuild(tokenizer, tmp_path, how):
+  directory = tmp_path / "vocab"
+  shutil.copytree(os.path.dirname(tokenizer.model_path), directory)
+  _damage(directory / "spm.model", how)
+
+  def must_not_train():
+    raise AssertionError("a damaged vocabulary was silently retrained")
+
+  for load in (lambda: vocab.build_or_load(400, str(directory), must_not_train),
+               lambda: vocab.load(str(directory))):
+    with pytest.raises(ValueError) as error:
+      load()
+    message = str(error.value)
+    assert "spm.model is damaged" in message and "restore it from a backup" in message
+    assert "\n" not in message
+
+
+@pytest.mark.parametrize("how", ["truncated", "emptied", "garbled"])
+def test_a_damaged_spm_json_is_written_again_with_a_warning(tokenizer, tmp_path, how, caplog):
+  directory = tmp_path / "vocab"
+  shutil.copytree(os.path.dirname(tokenizer.model_path), directory)
+  _damage(directory / "spm.json", how)
+  again = vocab.build_or_load(400, str(directory), lambda: 1 / 0)
+  assert again.encode("Der Hund.") == tokenizer.encode("Der Hund.")
+  assert "spm.json is unreadable" in caplog.text or "spm.json is damaged" in caplog.text
+  meta = json.loads((directory / "spm.json").read_text())
+  assert meta["sha256"] == json.loads(
+      open(os.path.join(os.path.dirname(tokenizer.model_path), "spm.json")).read())["sha256"]
+
+
+# Builds a vocabulary in argv[1]; prints TRAINED when this process trained it.
+_BUILDER = """
+import sys
+from t2t_jax import vocab
+from t2t_jax.datasets import demo
+def pairs():
+  print("TRAINED", flush=True)
+  return demo.generate(600, seed=3)
+vocab.build_or_load(200, sys.argv[1], pairs)
+"""
+
+
+def test_concurrent_first_runs_train_the_vocabulary_once(tmp_path):
+  root = pathlib.Path(__file__).resolve().parents[1]
+  processes = [subprocess.Popen([sys.executable, "-c", _BUILDER, str(tmp_path)], cwd=root,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+               for _ in range(3)]
+  outputs = [p.communicate(timeout=120) for p in processes]
+  assert all(p.returncode == 0 for p in processes), [err for _, err in outputs]
+  assert sum(out.count("TRAINED") for out, _ in outputs) == 1
+  vocab.load(str(tmp_path))

@@ -167,3 +167,12 @@ def test_build_once_rebuilds_what_fails_the_ready_check(tmp_path):
   assert workdir_lock.build_once(target, build, tmp_path / ".locks", ready) == 1
   assert workdir_lock.build_once(target, build, tmp_path / ".locks", ready) is None
   assert target.read_text() == "model"
+
+
+def test_the_lock_is_reentrant_within_a_process(tmp_path):
+  with RunLock(tmp_path) as outer:
+    with RunLock(tmp_path) as inner:
+      assert inner.held
+    assert (tmp_path / workdir_lock.LOCK_FILE).exists(), "the inner release removed it"
+    assert json.loads(outer.path.read_text())["pid"] == os.getpid()
+  assert not (tmp_path / workdir_lock.LOCK_FILE).exists()

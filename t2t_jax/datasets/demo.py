@@ -26,6 +26,9 @@ sentence (source or target) occurs in the training split.
 
 from __future__ import annotations
 
+import hashlib
+import json
+import logging
 import os
 import random
 from typing import Optional
@@ -33,6 +36,8 @@ from typing import Optional
 from t2t_jax.datasets import demo_lexicon as lex
 from t2t_jax.datasets.demo_syntax import (ADJ_WORDS, NOUN_LIST, NP, VERB_LIST, Clause, Verb,
                                           number_words, pp_german, render)
+
+log = logging.getLogger(__name__)
 
 _NOUNS_BY_CAT = {cat: [n for n in NOUN_LIST if cat in n.cats] for cat in "pabtoefdvl"}
 _VERBS_BY_FRAME = {f: [v for v in VERB_LIST if v.frame == f] for f in "itdmc"}
@@ -278,12 +283,26 @@ def generate(num_pairs: int, seed: int = 0, min_words: int = 3,
 SPLITS = ("train", "dev", "test")
 
 
+MANIFEST = "MANIFEST.json"  # sha256 of each file, written last: the corpus is complete
+
+
+def _sha256(path: str) -> str:
+  with open(path, "rb") as f:
+    return hashlib.sha256(f.read()).hexdigest()
+
+
+def _paths(directory: str) -> dict[str, tuple[str, str]]:
+  return {s: (os.path.join(directory, f"{s}.en"), os.path.join(directory, f"{s}.de"))
+          for s in SPLITS}
+
+
 def write_corpus(directory: str, num_train: int = 200_000, num_dev: int = 1000,
                  num_test: int = 1000, seed: int = 0) -> dict[str, tuple[str, str]]:
   """Writes `{train,dev,test}.{en,de}` into `directory`; returns {split: (src, tgt) paths}.
 
-  Files are written under temporary names and renamed, so a crash never leaves a
-  half-written corpus that a later run would take as complete.
+  Files are written under temporary names and renamed, and the checksums in
+  MANIFEST.json last, so a crash never leaves a corpus that a later run would
+  take as complete. Not safe against a concurrent writer: callers lock.
   """
   pairs = generate(num_train + num_dev + num_test, seed)
   # Dev and test come first in generation order; all pairs are distinct, so
@@ -291,25 +310,43 @@ def write_corpus(directory: str, num_train: int = 200_000, num_dev: int = 1000,
   chunks = {"dev": pairs[:num_dev], "test": pairs[num_dev:num_dev + num_test],
             "train": pairs[num_dev + num_test:]}
   os.makedirs(directory, exist_ok=True)
-  paths = {}
+  manifest_path = os.path.join(directory, MANIFEST)
+  if os.path.exists(manifest_path):
+    os.remove(manifest_path)
+  paths = _paths(directory)
   for split in SPLITS:
-    split_paths = []
-    for side, lang in enumerate(("en", "de")):
-      path = os.path.join(directory, f"{split}.{lang}")
+    for side, path in enumerate(paths[split]):
       with open(path + ".tmp", "w", encoding="utf-8") as f:
         f.write("\n".join(p[side] for p in chunks[split]) + "\n")
-      split_paths.append(path)
-    paths[split] = tuple(split_paths)
   for split in SPLITS:
     for path in paths[split]:
       os.replace(path + ".tmp", path)
+  manifest = {os.path.basename(p): _sha256(p) for pair in paths.values() for p in pair}
+  with open(manifest_path + ".tmp", "w", encoding="utf-8") as f:
+    json.dump(manifest, f)
+  os.replace(manifest_path + ".tmp", manifest_path)
   return paths
 
 
 def corpus_paths(directory: str) -> Optional[dict[str, tuple[str, str]]]:
-  """The corpus files in `directory`, or None when any is missing."""
-  paths = {s: (os.path.join(directory, f"{s}.en"), os.path.join(directory, f"{s}.de"))
-           for s in SPLITS}
-  if all(os.path.exists(p) for pair in paths.values() for p in pair):
-    return paths
-  return None
+  """The corpus files in `directory`; None when any is missing or differs from MANIFEST.json.
+
+  A damaged corpus is logged as a warning (the caller writes it again: the
+  generator is deterministic, so the rewritten corpus is the same one).
+  """
+  paths = _paths(directory)
+  manifest_path = os.path.join(directory, MANIFEST)
+  if not os.path.exists(manifest_path):
+    return None
+  try:
+    with open(manifest_path, encoding="utf-8") as f:
+      manifest = json.load(f)
+    damaged = [os.path.basename(p) for pair in paths.values() for p in pair
+               if not os.path.exists(p) or manifest.get(os.path.basename(p)) != _sha256(p)]
+  except (OSError, ValueError, AttributeError) as e:
+    damaged = [f"{MANIFEST} ({type(e).__name__})"]
+  if damaged:
+    log.warning("The demo corpus in %s is damaged (%s differ from their checksums); "
+                "writing it again", directory, ", ".join(damaged))
+    return None
+  return paths
