@@ -183,27 +183,31 @@ def _padded(rows: Sequence[Sequence[int]], num_rows: int, limit: int) -> np.ndar
   return out
 
 
-def align(cfg: configs.TransformerConfig, params: Any, sources: Sequence[Sequence[int]],
-          source_words: Sequence[Sequence[int]], outputs: Sequence[Sequence[int]],
-          output_words: Sequence[Sequence[int]], *, layer: int = -1,
-          head: Optional[int] = None) -> list[Pairs]:
+def align(models: Sequence[tuple[configs.TransformerConfig, Any]],
+          sources: Sequence[Sequence[int]], source_words: Sequence[Sequence[int]],
+          outputs: Sequence[Sequence[int]], output_words: Sequence[Sequence[int]], *,
+          layer: int = -1, head: Optional[int] = None) -> list[Pairs]:
   """Word alignments of one batch of (source ids, output ids) pairs, both without EOS.
 
-  `source_words[b][p]` is the word of source piece p (`encode_words`),
-  `output_words[b][p]` that of output piece p (`decode_words`). The batch is
-  padded to a bucketed shape (rows rounded up to a power of two) so that few
-  programs compile. Returns one sorted list of (source word, target word) per pair.
+  `models`: (cfg, params) of one model, or of several whose attention is
+  averaged (an ensemble; `layer` counts in each). `source_words[b][p]` is the
+  word of source piece p (`encode_words`), `output_words[b][p]` that of output
+  piece p (`decode_words`). The batch is padded to a bucketed shape (rows
+  rounded up to a power of two) so that few programs compile. Returns one
+  sorted list of (source word, target word) per pair.
   """
   if not sources:
     return []
+  limit = min(cfg.max_len for cfg, _ in models)
   too_long = [b for b, (s, o) in enumerate(zip(sources, outputs))
-              if max(len(s), len(o)) + 1 > cfg.max_len]
+              if max(len(s), len(o)) + 1 > limit]
   if too_long:
-    raise ValueError(f"pair {too_long[0]} does not fit the model's max_len={cfg.max_len} "
+    raise ValueError(f"pair {too_long[0]} does not fit the model's max_len={limit} "
                      "positions with EOS")
   rows = 1 << (len(sources) - 1).bit_length()
-  inputs = _padded(sources, rows, cfg.max_len)
-  targets = _padded([o or [] for o in outputs], rows, cfg.max_len)
-  weights = cross_attention(cfg, params, inputs, targets, layer=layer, head=head)
+  inputs = _padded(sources, rows, limit)
+  targets = _padded(outputs, rows, limit)
+  weights = sum(cross_attention(cfg, params, inputs, targets, layer=layer, head=head)
+                for cfg, params in models) / len(models)
   return [hard_alignment(weights[b], source_words[b], output_words[b])
           for b in range(len(sources))]

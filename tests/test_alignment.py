@@ -133,7 +133,7 @@ def test_align_gives_pairs_within_both_sentences(tiny_params):
   # Two pieces per word on the source side, one per word on the target side.
   source_words = [[p // 2 for p in range(len(s))] for s in sources]
   output_words = [list(range(len(o))) for o in outputs]
-  aligned = alignment.align(TINY, tiny_params, sources, source_words, outputs, output_words)
+  aligned = alignment.align([(TINY, tiny_params)], sources, source_words, outputs, output_words)
   assert len(aligned) == 3 and aligned[1] == []
   for pairs, src_words, out_words in zip(aligned, source_words, output_words):
     assert pairs == sorted(set(pairs))
