@@ -175,11 +175,13 @@ def cross_attention(cfg: configs.TransformerConfig, params: Any, inputs: Any, ta
 
 
 def _padded(rows: Sequence[Sequence[int]], num_rows: int, limit: int) -> np.ndarray:
-  """EOS-terminated rows in a [num_rows, bucketed width] zero array."""
+  """EOS-terminated rows in a [num_rows, bucketed width] zero array; EOS is left out of a
+  row of `limit` ids (an output that reached the length limit)."""
   width = min(bucket_length(max(len(r) for r in rows) + 1), limit)
   out = np.zeros((num_rows, width), np.int32)
   for row, ids in enumerate(rows):
-    out[row, :len(ids) + 1] = [*ids, EOS_ID]
+    ids = [*ids, EOS_ID][:width]
+    out[row, :len(ids)] = ids
   return out
 
 
@@ -200,10 +202,10 @@ def align(models: Sequence[tuple[configs.TransformerConfig, Any]],
     return []
   limit = min(cfg.max_len for cfg, _ in models)
   too_long = [b for b, (s, o) in enumerate(zip(sources, outputs))
-              if max(len(s), len(o)) + 1 > limit]
+              if len(s) + 1 > limit or len(o) > limit]
   if too_long:
     raise ValueError(f"pair {too_long[0]} does not fit the model's max_len={limit} "
-                     "positions with EOS")
+                     "positions (the source with EOS)")
   rows = 1 << (len(sources) - 1).bit_length()
   inputs = _padded(sources, rows, limit)
   targets = _padded(outputs, rows, limit)
