@@ -34,9 +34,9 @@ def row_keys(key: Array, ids: Any) -> Array:
   return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.asarray(ids, jnp.uint32))
 
 
-def _check(keys: Array, batch: int, temperature: float, top_k: int) -> None:
-  if not jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key) or keys.shape != (batch,):
-    raise ValueError(f"keys must be {batch} typed PRNG keys (one per sentence, e.g. "
+def _check(keys: Array, temperature: float, top_k: int) -> None:
+  if not jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key) or keys.ndim != 1:
+    raise ValueError(f"keys must be typed PRNG keys [rows] (one per row, e.g. "
                      f"sampling.row_keys(jax.random.key(seed), ids)), got {keys.dtype}"
                      f"{list(keys.shape)}")
   if not temperature > 0:
@@ -59,17 +59,18 @@ def _draw(log_probs: Array, keys: Array, temperature: float, top_k: int) -> Arra
 def sample(step_fn: decode.StepFn, cache: Any, keys: Array, *, max_len: int,
            max_lens: Optional[Array] = None, temperature: float = 1.0, top_k: int = 0,
            eos_id: int = EOS_ID) -> tuple[Array, Array]:
-  """One sampled output per sentence.
+  """One sampled output per row.
 
-  `cache` has leading dim `batch` on every leaf; `keys` [batch] typed PRNG
-  keys; `max_len` the static output length and `max_lens` [batch] optional
-  per-sentence maxima (<= max_len). Returns tokens [batch, max_len] int32 (0
-  after EOS) and the model's summed log-probabilities of them [batch] float32
+  `keys` [rows] typed PRNG keys, one per row; the cache holds `rows` rows (one
+  per sentence, or several samples of a sentence as the step function
+  arranges them). `max_len` is the static output length and `max_lens` [rows]
+  optional per-row maxima (<= max_len). Returns tokens [rows, max_len] int32
+  (0 after EOS) and the model's summed log-probabilities of them [rows] float32
   (at temperature 1 over the whole vocabulary: what the model thinks of the
   sample, comparable with beam search's scores before the length penalty).
   """
-  batch = decode._batch_size(cache)  # pylint: disable=protected-access
-  _check(keys, batch, temperature, top_k)
+  _check(keys, temperature, top_k)
+  batch = keys.shape[0]
   limits = decode._sentence_max_lens(max_len, max_lens, batch)  # pylint: disable=protected-access
 
   def cond(state):

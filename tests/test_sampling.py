@@ -135,7 +135,5 @@ def test_bad_arguments_raise():
     sampling.sample(prefix_step, cache, keys_for(0, 2), max_len=3, temperature=0.0)
   with pytest.raises(ValueError, match="top_k=-1"):
     sampling.sample(prefix_step, cache, keys_for(0, 2), max_len=3, top_k=-1)
-  with pytest.raises(ValueError, match="2 typed PRNG keys"):
-    sampling.sample(prefix_step, cache, keys_for(0, 3), max_len=3)
-  with pytest.raises(ValueError, match="2 typed PRNG keys"):
+  with pytest.raises(ValueError, match=r"typed PRNG keys \[rows\]"):
     sampling.sample(prefix_step, cache, jax.random.PRNGKey(0), max_len=3)
