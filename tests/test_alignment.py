@@ -7,7 +7,7 @@ import pytest
 
 from t2t_jax import alignment
 from t2t_jax import configs
-from t2t_jax import demo_corpus
+from t2t_jax.datasets import demo
 from t2t_jax import model
 from t2t_jax import visualize
 from t2t_jax import vocab
@@ -25,7 +25,7 @@ TEXTS = [
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-  pairs = demo_corpus.generate(300, seed=0, max_words=12)
+  pairs = demo.generate(300, seed=0, max_words=12)
   return vocab.build_or_load(96, str(tmp_path_factory.mktemp("vocab")), lambda: pairs)
 
 

@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from t2t_jax import configs
-from t2t_jax import demo_corpus
+from t2t_jax.datasets import demo
 from t2t_jax import generate
 from t2t_jax import model
 from t2t_jax import streaming
@@ -21,7 +21,7 @@ CFG = configs.get_config("demo", vocab_size=96, num_layers=1, d_model=16, d_ff=3
 
 @pytest.fixture(scope="module")
 def tokenizer(tmp_path_factory):
-  pairs = demo_corpus.generate(300, seed=0, max_words=12)
+  pairs = demo.generate(300, seed=0, max_words=12)
   return vocab.build_or_load(96, str(tmp_path_factory.mktemp("vocab")), lambda: pairs)
 
 
@@ -37,7 +37,7 @@ def members():
 
 def _distinct_lines(tokenizer, count):
   """Short lines: at most 7 pieces, so that every batch has one shape (one compilation)."""
-  words = sorted({w for en, _ in demo_corpus.generate(200, seed=1, max_words=6)
+  words = sorted({w for en, _ in demo.generate(200, seed=1, max_words=6)
                   for w in en.lower().split()})
   rng = np.random.default_rng(0)
   lines = set()
