@@ -31,6 +31,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from t2t_jax import decode, engines, export, model, translate  # noqa: E402
+from t2t_jax.ids import EOS_ID, PAD_ID  # noqa: E402
 
 
 def _padded(rows):
@@ -43,11 +44,11 @@ def _padded(rows):
 def _logit_differences(cfg, params, sources, outputs) -> dict[str, float]:
   torch = export.require("torch")
   inputs = _padded(sources)
-  targets = _padded([o + [decode.EOS_ID] for o in outputs])
+  targets = _padded([o + [EOS_ID] for o in outputs])
   ours = np.asarray(model.Transformer(cfg).apply({"params": params}, jnp.asarray(inputs),
                                                  jnp.asarray(targets)))
   real = targets != 0
-  decoder_inputs = np.asarray(model.shift_right(targets))
+  decoder_inputs = np.array(model.shift_right(targets))  # writable, for torch
 
   def largest(marian):
     with torch.no_grad():
@@ -92,7 +93,7 @@ def main() -> None:
   cfg, params, spm_path = export.load_workdir(workdir)
   tokenizer = translate.load_tokenizer(workdir)
   tokens = export.vocabulary(spm_path, cfg.vocab_size)
-  ids = [tokenizer.encode(line)[:cfg.max_len - 1] + [decode.EOS_ID] for line in lines]
+  ids = [tokenizer.encode(line)[:-1][:cfg.max_len - 1] + [EOS_ID] for line in lines]
   limits = engines.output_limits(cfg, ids)
   print(f"{workdir}: {len(ids)} sentences of {source}, beam {args.beam_size}")
 
@@ -119,7 +120,9 @@ def main() -> None:
         same = sum(a == b for a, b in zip(ours[alpha], outputs))
         bleu = (f"  BLEU {_bleu([tokenizer.decode(o) for o in ours[alpha]], refs)} / "
                 f"{_bleu([tokenizer.decode(o) for o in outputs], refs)}") if refs else ""
-        print(f"  alpha/length_penalty {alpha}: {name:22} {same:5d}{bleu}")
+        padded = sum(PAD_ID in o for o in outputs)
+        print(f"  alpha/length_penalty {alpha}: {name:22} {same:5d}{bleu}"
+              f"{f'  ({padded} with <pad>)' if padded else ''}")
 
 
 if __name__ == "__main__":

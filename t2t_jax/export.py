@@ -40,6 +40,7 @@ import numpy as np
 
 from t2t_jax import checkpoint
 from t2t_jax import configs
+from t2t_jax import ids
 from t2t_jax import layers
 from t2t_jax import model
 from t2t_jax import translate
@@ -103,7 +104,7 @@ def vocabulary(spm_path: str, vocab_size: int) -> list[str]:
   if len(pieces) > vocab_size:
     raise ValueError(f"{spm_path} has {len(pieces)} pieces but the model only "
                      f"vocab_size={vocab_size} ids: the work directory is inconsistent")
-  expected = {vocab.PAD_ID: "<pad>", vocab.EOS_ID: "</s>", vocab.UNK_ID: "<unk>"}
+  expected = {ids.PAD_ID: "<pad>", ids.EOS_ID: "</s>", ids.UNK_ID: "<unk>"}
   for i, piece in expected.items():
     if pieces[i] != piece:
       raise ValueError(f"{spm_path}: id {i} is {pieces[i]!r}, expected {piece!r} "
@@ -217,7 +218,7 @@ def marian_config(cfg: configs.TransformerConfig) -> dict[str, Any]:
       dropout=cfg.dropout_rate, attention_dropout=cfg.attention_dropout_rate,
       activation_dropout=0.0, scale_embedding=True,
       share_encoder_decoder_embeddings=True, tie_word_embeddings=True,
-      pad_token_id=vocab.PAD_ID, eos_token_id=vocab.EOS_ID, decoder_start_token_id=vocab.PAD_ID,
+      pad_token_id=ids.PAD_ID, eos_token_id=ids.EOS_ID, decoder_start_token_id=ids.PAD_ID,
       forced_eos_token_id=None, bos_token_id=None)
 
 
@@ -228,8 +229,8 @@ def generation_config(cfg: configs.TransformerConfig) -> dict[str, Any]:
   `cfg.alpha` is the nearest setting, not the same ranking (docs/export.md).
   """
   return dict(num_beams=cfg.beam_size, length_penalty=cfg.alpha, max_length=cfg.max_len,
-              bad_words_ids=[[vocab.PAD_ID]], pad_token_id=vocab.PAD_ID,
-              eos_token_id=vocab.EOS_ID, decoder_start_token_id=vocab.PAD_ID)
+              bad_words_ids=[[ids.PAD_ID]], pad_token_id=ids.PAD_ID,
+              eos_token_id=ids.EOS_ID, decoder_start_token_id=ids.PAD_ID)
 
 
 def marian_model(cfg: configs.TransformerConfig, params: Any, rescale_epsilon: bool = True) -> Any:

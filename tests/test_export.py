@@ -19,6 +19,7 @@ import pytest
 import trained
 from t2t_jax import (checkpoint, configs, decode, engines, export, export_cli, layers, model,
                      translate, vocab)
+from t2t_jax.ids import EOS_ID
 
 NUM_SENTENCES = 32
 TIE = 1e-4            # log-probability difference under which two hypotheses are tied
@@ -116,7 +117,7 @@ def _forward(cfg, params, inputs, targets):
 
 def _log_probs(cfg, params, sources, outputs):
   """Our model's log P(output + EOS | source) per row, normalised as in beam search."""
-  inputs, targets = _padded(sources), _padded([o + [decode.EOS_ID] for o in outputs])
+  inputs, targets = _padded(sources), _padded([o + [EOS_ID] for o in outputs])
   logits = _forward(cfg, params, inputs, targets)
   log_probs = jax.nn.log_softmax(logits, axis=-1)                    # [batch, length, vocab]
   gold = jnp.take_along_axis(log_probs, targets[..., None], axis=-1)[..., 0]
@@ -156,8 +157,8 @@ def test_transformers_loads_the_export_and_its_logits_equal_ours(extras, ours, h
   hf_tokenizer = transformers.MarianTokenizer.from_pretrained(hf_dir)
   assert hf_tokenizer(sources)["input_ids"] == ids
   inputs = _padded(ids)
-  targets = _padded([o + [decode.EOS_ID] for o in outputs])
-  decoder_inputs = np.asarray(model.shift_right(targets))           # 0 = Marian's decoder start
+  targets = _padded([o + [EOS_ID] for o in outputs])
+  decoder_inputs = np.array(model.shift_right(targets))  # 0 first: Marian's decoder start
   with torch.no_grad():
     theirs = hf_model(input_ids=torch.from_numpy(inputs).long(),
                       attention_mask=torch.from_numpy(inputs != 0).long(),
@@ -188,6 +189,7 @@ def test_ctranslate2_float32_finds_our_translations_and_scores(extras, ours, tra
   theirs, scores = engines.ctranslate2_translate(
       translator, tokens, ids, engines.output_limits(cfg, ids), beam_size=4, length_penalty=0.0)
   _assert_same_or_tied(ours, theirs, "ctranslate2")
+  assert not any(0 in output for output in theirs)   # CTranslate2 cannot forbid <pad>; unused
   # Its scores (log P, EOS included, without a length penalty) are our model's.
   np.testing.assert_allclose(scores, _log_probs(cfg, params, ids, theirs), atol=1e-3, rtol=0)
   with pytest.raises(RuntimeError, match="already exists"):
