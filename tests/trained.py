@@ -16,7 +16,8 @@ import pathlib
 import jax
 import numpy as np
 
-from t2t_jax import checkpoint, configs, demo_corpus, optim, parallel, steps, vocab
+from t2t_jax import checkpoint, configs, optim, parallel, steps, vocab
+from t2t_jax.datasets import demo
 
 LENGTH = 20          # pieces per side, EOS included; longer pairs are left out
 ROWS = 64            # sentence pairs per update
@@ -32,7 +33,7 @@ def config() -> configs.TransformerConfig:
 
 def held_out_sources(count: int) -> list[str]:
   """English sentences from another seed than the training pairs'."""
-  return [en for en, _ in demo_corpus.generate(count, seed=99, max_words=9)]
+  return [en for en, _ in demo.generate(count, seed=99, max_words=9)]
 
 
 def _batches(tokenizer: vocab.Tokenizer, pairs, rng: np.random.Generator):
@@ -51,7 +52,7 @@ def _batches(tokenizer: vocab.Tokenizer, pairs, rng: np.random.Generator):
 def make(root: pathlib.Path, num_steps: int = STEPS) -> pathlib.Path:
   """Trains into `root` and returns it; prints the last training accuracy."""
   cfg = config()
-  pairs = demo_corpus.generate(4000, seed=0, max_words=9)
+  pairs = demo.generate(4000, seed=0, max_words=9)
   tokenizer = vocab.build_or_load(cfg.vocab_size, str(root / "vocab"), lambda: pairs)
   (root / "config.json").write_text(json.dumps(dataclasses.asdict(cfg)))
   devices = jax.local_devices()[:1]
