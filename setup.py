@@ -1,13 +1,18 @@
-"""Installs t2t_jax with its console scripts; dependencies come from requirements.txt."""
+"""Installs t2t_jax with its console scripts.
+
+Dependencies come from requirements.txt; the `export` extra (t2t-export, the
+comparison with transformers and CTranslate2) from requirements-export.txt.
+"""
 
 import pathlib
 
 import setuptools
 
-_REQUIREMENTS = [
-    line.strip() for line in pathlib.Path(__file__).with_name("requirements.txt").read_text().splitlines()
-    if line.strip() and not line.startswith("#")
-]
+
+def _requirements(name: str) -> list[str]:
+  lines = pathlib.Path(__file__).with_name(name).read_text().splitlines()
+  return [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
+
 
 setuptools.setup(
     name="t2t_jax",
@@ -15,11 +20,13 @@ setuptools.setup(
     description="The original Transformer (Vaswani et al. 2017) in JAX/Flax, for machine translation.",
     packages=setuptools.find_packages(include=["t2t_jax", "t2t_jax.*"]),
     python_requires=">=3.11",
-    install_requires=_REQUIREMENTS,
+    install_requires=_requirements("requirements.txt"),
+    extras_require={"export": _requirements("requirements-export.txt")},
     entry_points={
         "console_scripts": [
             "t2t-translate=t2t_jax.translate:main",
             "t2t-average-checkpoints=t2t_jax.checkpoint_cli:main",
+            "t2t-export=t2t_jax.export_cli:main",
         ],
     },
 )

@@ -41,9 +41,12 @@ def _dtype(cfg: TransformerConfig) -> Any:
   return jnp.dtype(cfg.dtype)
 
 
+LAYER_NORM_EPSILON = 1e-6  # as tensor2tensor
+
+
 def _layer_norm() -> nn.LayerNorm:
-  # float32 statistics and output whatever the compute dtype; eps as tensor2tensor.
-  return nn.LayerNorm(epsilon=1e-6, dtype=jnp.float32, param_dtype=jnp.float32)
+  # float32 statistics and output whatever the compute dtype.
+  return nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=jnp.float32, param_dtype=jnp.float32)
 
 
 def _attention(cfg: TransformerConfig) -> layers.MultiHeadAttention:

@@ -31,7 +31,6 @@ import logging
 import os
 import sys
 import threading
-import time
 from typing import Any, Callable, Optional
 
 import jax

@@ -25,7 +25,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+from typing import Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 

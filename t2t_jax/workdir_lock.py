@@ -44,7 +44,6 @@ import pathlib
 import socket
 import tempfile
 import threading
-import time
 from typing import Callable, Iterator, Optional, TypeVar
 
 log = logging.getLogger(__name__)

@@ -2,8 +2,17 @@
 
 import os
 
+import pytest
+
 # Must happen before JAX initialises its backend; the README's test command sets
 # it too, this only covers running a single test file by hand.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+
+@pytest.fixture(scope="session")
+def trained_workdir(tmp_path_factory):
+  """A work directory with a small model trained for a few hundred steps (tests/trained.py)."""
+  import trained  # pylint: disable=import-outside-toplevel  (tests/ is on sys.path)
+  return trained.make(tmp_path_factory.mktemp("trained"))

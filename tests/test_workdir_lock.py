@@ -6,7 +6,6 @@ import os
 import pathlib
 import subprocess
 import sys
-import textwrap
 import time
 
 import pytest

@@ -1,0 +1,129 @@
+"""How closely the exported models follow ours: logits, and beam-search translations.
+
+    python benchmarks/export_agreement.py --workdir runs/demo [--sentences 200] [--beam_size 4]
+
+Needs the export extras (`pip install -e .[export]`). Sources are the first
+`--sentences` lines of `--source` (default: the work directory's demo test set).
+Prints:
+  1. the largest |logit difference| between ours and transformers on real target
+     positions (teacher-forced on our translations), for the export as written
+     and two controls: without the epsilon rescaling (Marian's layer-norm epsilon
+     1e-5 acting on every layer norm) and that mapping with transformers' layer
+     norms set to our 1e-6 (float32 rounding alone);
+  2. how many translations transformers (num_beams, length_penalty) and
+     CTranslate2 float32 and int8 (beam_size, length_penalty) share with ours,
+     without a length penalty (alpha = 0 everywhere: the same ranking) and with
+     0.6 (ours GNMT ((5 + |Y|) / 6)^0.6, theirs |Y|^0.6: not the same ranking),
+     and the BLEU of each against the references when `--references` exists.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import pathlib
+import sys
+import tempfile
+
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from t2t_jax import decode, engines, export, inference, model  # noqa: E402
+from t2t_jax.ids import EOS_ID, PAD_ID  # noqa: E402
+
+
+def _padded(rows):
+  out = np.zeros((len(rows), max(map(len, rows))), np.int32)
+  for r, row in enumerate(rows):
+    out[r, :len(row)] = row
+  return out
+
+
+def _logit_differences(cfg, params, sources, outputs) -> dict[str, float]:
+  torch = export.require("torch")
+  inputs = _padded(sources)
+  targets = _padded([o + [EOS_ID] for o in outputs])
+  ours = np.asarray(model.Transformer(cfg).apply({"params": params}, jnp.asarray(inputs),
+                                                 jnp.asarray(targets)))
+  real = targets != 0
+  decoder_inputs = np.array(model.shift_right(targets))  # writable, for torch
+
+  def largest(marian):
+    with torch.no_grad():
+      theirs = marian(input_ids=torch.from_numpy(inputs).long(),
+                      attention_mask=torch.from_numpy(inputs != 0).long(),
+                      decoder_input_ids=torch.from_numpy(decoder_inputs).long()).logits.numpy()
+    return float(np.abs(theirs - ours)[real].max())
+
+  plain = export.marian_model(cfg, params, rescale_epsilon=False)
+  result = {"export (epsilon rescaled)": largest(export.marian_model(cfg, params)),
+            "without the rescaling": largest(plain)}
+  for module in plain.modules():
+    if isinstance(module, torch.nn.LayerNorm):
+      module.eps = model.LAYER_NORM_EPSILON
+  result["control: transformers with epsilon 1e-6"] = largest(plain)
+  result["largest |logit|"] = float(np.abs(ours[real]).max())
+  return result
+
+
+def _bleu(hypotheses, references) -> str:
+  import sacrebleu  # pylint: disable=import-outside-toplevel
+  return f"{sacrebleu.corpus_bleu(hypotheses, [references]).score:.2f}"
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--workdir", required=True)
+  parser.add_argument("--source", help="default: WORKDIR/data/demo/test.en")
+  parser.add_argument("--references", help="default: WORKDIR/data/demo/test.de")
+  parser.add_argument("--sentences", type=int, default=200)
+  parser.add_argument("--beam_size", type=int, default=4)
+  args = parser.parse_args()
+  workdir = pathlib.Path(args.workdir)
+  source = pathlib.Path(args.source or workdir / "data" / "demo" / "test.en")
+  references = pathlib.Path(args.references or workdir / "data" / "demo" / "test.de")
+  lines = source.read_text(encoding="utf-8").splitlines()[:args.sentences]
+  refs = references.read_text(encoding="utf-8").splitlines()[:args.sentences] \
+      if references.is_file() else None
+
+  ctranslate2 = export.require("ctranslate2")
+  export.require("torch").set_num_threads(os.cpu_count() or 1)
+  cfg, params, spm_path = export.load_workdir(workdir)
+  tokenizer = inference.load_tokenizer(workdir)
+  tokens = export.vocabulary(spm_path, cfg.vocab_size)
+  ids = [tokenizer.encode(line)[:-1][:cfg.max_len - 1] + [EOS_ID] for line in lines]
+  limits = engines.output_limits(cfg, ids)
+  print(f"{workdir}: {len(ids)} sentences of {source}, beam {args.beam_size}")
+
+  ours = {alpha: decode.decode_ids(cfg, params, [i[:-1] for i in ids], beam_size=args.beam_size,
+                                   alpha=alpha) for alpha in (0.0, 0.6)}
+  print("logits, ours vs transformers (largest |difference| on real positions):")
+  for name, value in _logit_differences(cfg, params, ids, ours[0.0]).items():
+    print(f"  {name:40} {value:.3g}")
+
+  marian = export.marian_model(cfg, params)
+  with tempfile.TemporaryDirectory() as tmp:
+    export.export_ctranslate2(workdir, pathlib.Path(tmp) / "ct2")
+    translators = {kind: ctranslate2.Translator(str(pathlib.Path(tmp) / "ct2"), device="cpu",
+                                                compute_type=kind) for kind in ("float32", "int8")}
+    print(f"translations identical to ours, of {len(ids)}"
+          + (" (BLEU vs references: ours / theirs)" if refs else ""))
+    for alpha in (0.0, 0.6):
+      theirs = {"transformers": engines.marian_generate(
+          marian, ids, limits, beam_size=args.beam_size, length_penalty=alpha)}
+      for kind, translator in translators.items():
+        theirs[f"ctranslate2 {kind}"] = engines.ctranslate2_translate(
+            translator, tokens, ids, limits, beam_size=args.beam_size, length_penalty=alpha)[0]
+      for name, outputs in theirs.items():
+        same = sum(a == b for a, b in zip(ours[alpha], outputs))
+        bleu = (f"  BLEU {_bleu([tokenizer.decode(o) for o in ours[alpha]], refs)} / "
+                f"{_bleu([tokenizer.decode(o) for o in outputs], refs)}") if refs else ""
+        padded = sum(PAD_ID in o for o in outputs)
+        print(f"  alpha/length_penalty {alpha}: {name:22} {same:5d}{bleu}"
+              f"{f'  ({padded} with <pad>)' if padded else ''}")
+
+
+if __name__ == "__main__":
+  main()

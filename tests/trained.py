@@ -1,0 +1,70 @@
+"""A small model trained briefly on the demo corpus, saved as training leaves a work directory.
+
+Tests that need a model whose translations mean something (beam search that
+agrees with another engine, n-best lists, alignments) share it through the
+`trained_workdir` fixture in conftest.py: config.json, vocab/spm.model and one
+checkpoint, made in about 20 s on one CPU device. The corpus sentences are short
+(at most 9 words) so that a single batch shape covers them.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import pathlib
+
+import jax
+import numpy as np
+
+from t2t_jax import checkpoint, configs, optim, parallel, steps, vocab
+from t2t_jax.datasets import demo
+
+LENGTH = 20          # pieces per side, EOS included; longer pairs are left out
+ROWS = 64            # sentence pairs per update
+STEPS = 300
+
+
+def config() -> configs.TransformerConfig:
+  return configs.get_config(
+      "demo", vocab_size=300, num_layers=2, d_model=64, d_ff=128, num_heads=4,
+      max_len=64, warmup_steps=100, learning_rate_scale=1.0, max_decode_extra=10,
+      beam_size=4, decode_batch_size=16, checkpoint_every_steps=STEPS)
+
+
+def held_out_sources(count: int) -> list[str]:
+  """English sentences from another seed than the training pairs'."""
+  return [en for en, _ in demo.generate(count, seed=99, max_words=9)]
+
+
+def _batches(tokenizer: vocab.Tokenizer, pairs, rng: np.random.Generator):
+  ids = [(tokenizer.encode(en), tokenizer.encode(de)) for en, de in pairs]
+  ids = [(s, t) for s, t in ids if len(s) <= LENGTH and len(t) <= LENGTH]
+  while True:
+    inputs = np.zeros((1, 1, ROWS, LENGTH), np.int32)   # [devices, accum, rows, length]
+    targets = np.zeros_like(inputs)
+    for row, i in enumerate(rng.choice(len(ids), ROWS, replace=False)):
+      source, target = ids[i]
+      inputs[0, 0, row, :len(source)] = source
+      targets[0, 0, row, :len(target)] = target
+    yield {"inputs": inputs, "targets": targets}
+
+
+def make(root: pathlib.Path, num_steps: int = STEPS) -> pathlib.Path:
+  """Trains into `root` and returns it; prints the last training accuracy."""
+  cfg = config()
+  pairs = demo.generate(4000, seed=0, max_words=9)
+  tokenizer = vocab.build_or_load(cfg.vocab_size, str(root / "vocab"), lambda: pairs)
+  (root / "config.json").write_text(json.dumps(dataclasses.asdict(cfg)))
+  devices = jax.local_devices()[:1]
+  optimizer = optim.make_optimizer(cfg)
+  state = parallel.replicate(steps.create_train_state(cfg, optimizer, jax.random.key(0)), devices)
+  train_step = parallel.pmap_train_step(cfg, optimizer, devices)
+  batches = _batches(tokenizer, pairs, np.random.default_rng(0))
+  key = jax.random.key(1)
+  for _ in range(num_steps):
+    state, metrics = train_step(state, parallel.shard_batch(next(batches), devices), key)
+  print(f"trained {num_steps} steps: accuracy {float(metrics['accuracy'][0]):.3f}")
+  params = jax.device_get(parallel.unreplicate(state.params))
+  with checkpoint.Checkpointer(root, cfg, async_save=False) as ckpt:
+    ckpt.maybe_save(num_steps, {"params": params}, force=True)
+  return root
