@@ -86,7 +86,21 @@ def greedy_search(step_fn: StepFn, cache: Any, *, max_len: int,
   summed log-probabilities [batch] float32 (no length penalty).
   """
   batch = _batch_size(cache)
-  limits = _sentence_max_lens(max_len, max_lens, batch)
+  greedy = lambda log_probs, step: jnp.argmax(log_probs, axis=-1)
+  return token_by_token(step_fn, cache, greedy, max_len=max_len,
+                        limits=_sentence_max_lens(max_len, max_lens, batch), eos_id=eos_id)
+
+
+def token_by_token(step_fn: StepFn, cache: Any, choose: Callable[[Array, Array], Array], *,
+                   max_len: int, limits: Array, eos_id: int = EOS_ID) -> tuple[Array, Array]:
+  """One output per row, each token picked by `choose(log_probs [rows, vocab], step)`.
+
+  The loop greedy search and sampling share: a row stops at EOS or at its
+  limit (`limits` [rows], <= the static `max_len`); the loop ends when every
+  row has. Returns tokens [rows, max_len] (0 after EOS) and the model's summed
+  log-probabilities of the chosen tokens [rows] float32.
+  """
+  batch = limits.shape[0]
 
   def cond(state):
     step, _, _, done, _ = state
@@ -95,7 +109,7 @@ def greedy_search(step_fn: StepFn, cache: Any, *, max_len: int,
   def body(state):
     step, seqs, log_prob, done, cache = state
     log_probs, cache = _next_log_probs(step_fn, cache, _previous_tokens(seqs, step), step)
-    token = jnp.argmax(log_probs, axis=-1).astype(jnp.int32)                   # [batch]
+    token = choose(log_probs, step).astype(jnp.int32)                         # [rows]
     token_log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
     token = jnp.where(done, PAD_ID, token)
     log_prob = log_prob + jnp.where(done, 0.0, token_log_prob)

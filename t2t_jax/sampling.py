@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 
 from t2t_jax import decode
-from t2t_jax.ids import EOS_ID, PAD_ID
+from t2t_jax.ids import EOS_ID
 
 Array = jax.Array
 
@@ -73,25 +73,9 @@ def sample(step_fn: decode.StepFn, cache: Any, keys: Array, *, max_len: int,
   batch = keys.shape[0]
   limits = decode._sentence_max_lens(max_len, max_lens, batch)  # pylint: disable=protected-access
 
-  def cond(state):
-    step, _, _, done, _ = state
-    return (step < max_len) & ~jnp.all(done)
-
-  def body(state):
-    step, seqs, log_prob, done, cache = state
-    previous = decode._previous_tokens(seqs, step)  # pylint: disable=protected-access
-    log_probs, cache = decode._next_log_probs(  # pylint: disable=protected-access
-        step_fn, cache, previous, step)                                       # [batch, vocab]
+  def draw(log_probs, step):
     step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, step)
-    token = _draw(log_probs, step_keys, temperature, top_k).astype(jnp.int32)  # [batch]
-    token_log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
-    token = jnp.where(done, PAD_ID, token)
-    log_prob = log_prob + jnp.where(done, 0.0, token_log_prob)
-    seqs = jax.lax.dynamic_update_index_in_dim(seqs, token, step, axis=1)
-    done = done | (token == eos_id) | (step + 1 >= limits)
-    return step + 1, seqs, log_prob, done, cache
+    return _draw(log_probs, step_keys, temperature, top_k)                     # [rows]
 
-  state = (jnp.int32(0), jnp.zeros((batch, max_len), jnp.int32), jnp.zeros((batch,), jnp.float32),
-           jnp.zeros((batch,), bool), cache)
-  _, seqs, log_prob, _, _ = jax.lax.while_loop(cond, body, state)
-  return seqs, log_prob
+  return decode.token_by_token(step_fn, cache, draw, max_len=max_len, limits=limits,
+                               eos_id=eos_id)
