@@ -45,11 +45,7 @@ def load_config(workdir: str | os.PathLike) -> configs.TransformerConfig:
   path = pathlib.Path(workdir) / CONFIG_FILE
   if not path.is_file():
     raise FileNotFoundError(f"{path} not found: {TRAIN_FIRST}")
-  fields = json.loads(path.read_text())
-  try:
-    return configs.TransformerConfig(**fields)
-  except TypeError as e:
-    raise ValueError(f"{path} does not match this version's TransformerConfig ({e})") from None
+  return configs.from_dict(json.loads(path.read_text()), str(path))
 
 
 def check_or_write_config(cfg: configs.TransformerConfig, workdir: str | os.PathLike) -> None:
