@@ -140,10 +140,14 @@ def parse_pairs(line: str) -> Pairs:
 # ------------------------------------------------------------------- with the model
 
 
-def _resolve_layer(cfg: configs.TransformerConfig, layer: int) -> int:
+def check_layer_and_head(cfg: configs.TransformerConfig, layer: int,
+                         head: Optional[int]) -> int:
+  """The decoder layer's index (`layer` may count from the end); ValueError if either is missing."""
   if not -cfg.num_layers <= layer < cfg.num_layers:
     raise ValueError(f"layer={layer} does not exist: the decoder has {cfg.num_layers} layers "
                      f"(0..{cfg.num_layers - 1}, or negative from the end)")
+  if head is not None and not 0 <= head < cfg.num_heads:
+    raise ValueError(f"head={head} does not exist: the model has {cfg.num_heads} heads")
   return layer % cfg.num_layers
 
 
@@ -166,9 +170,7 @@ def cross_attention(cfg: configs.TransformerConfig, params: Any, inputs: Any, ta
   0-padded ids; row t is the step that outputs target token t. Heads are
   averaged unless `head` picks one.
   """
-  layer = _resolve_layer(cfg, layer)
-  if head is not None and not 0 <= head < cfg.num_heads:
-    raise ValueError(f"head={head} does not exist: the model has {cfg.num_heads} heads")
+  layer = check_layer_and_head(cfg, layer, head)
   return np.asarray(_cross_attention(params, jnp.asarray(inputs, jnp.int32),
                                      jnp.asarray(targets, jnp.int32), cfg=cfg, layer=layer,
                                      head=head))

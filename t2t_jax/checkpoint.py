@@ -371,3 +371,29 @@ def load_params(workdir: str | os.PathLike, averaged: bool = True) -> PyTree:
       return params
   raise FileNotFoundError(f"none of the checkpoints {checkpoint_steps} in {directory} loads")
 
+
+
+def checkpoint_workdir(path: str | os.PathLike) -> Optional[pathlib.Path]:
+  """The work directory of a checkpoint path `W/checkpoints/<step>` or `W/averaged/<step>`
+  (None for any other path)."""
+  path = pathlib.Path(path).absolute()
+  if path.parent.name in (CHECKPOINT_DIR, AVERAGED_DIR) and path.name.isdigit():
+    return path.parent.parent
+  return None
+
+
+def load_checkpoint_params(path: str | os.PathLike) -> PyTree:
+  """Host params of one checkpoint: `W/checkpoints/<step>` or `W/averaged/<step>`."""
+  path = pathlib.Path(path).absolute()
+  if checkpoint_workdir(path) is None:
+    raise ValueError(f"{path} is not a checkpoint: pass WORKDIR/{CHECKPOINT_DIR}/<step> or "
+                     f"WORKDIR/{AVERAGED_DIR}/<step>")
+  steps = _steps(path.parent)
+  if int(path.name) not in steps:
+    raise FileNotFoundError(f"{path} is not a finished checkpoint; {path.parent} has steps "
+                            f"{steps or 'none'}")
+  item = "state" if path.parent.name == CHECKPOINT_DIR else "params"
+  with _read_manager(path.parent) as manager:
+    params = _restore_params(manager, int(path.name), item=item)
+  log.info("Loaded the params of %s", path)
+  return params

@@ -120,6 +120,12 @@ def decode_batch(members: Sequence[Member], inputs: Any, search: Search,
   max_len = min(inputs.shape[1] + search.max_decode_extra, positions)
   lengths = (inputs != PAD_ID).sum(axis=1)
   max_lens = np.where(lengths == 0, 1, np.minimum(lengths + search.max_decode_extra, max_len))
+  if not search.sample and len(members) == 1:
+    # One model: the project's one beam-search path (the one evaluation takes).
+    out = decode.translate_batch(members[0].cfg, members[0].params, inputs,
+                                 beam_size=search.beam_size, alpha=search.alpha,
+                                 max_decode_extra=search.max_decode_extra, n_best=search.n_best)
+    return np.asarray(out[0]), np.asarray(out[1])
   params = tuple(m.params for m in members)
   cfgs = tuple(m.cfg for m in members)
   if not search.sample:

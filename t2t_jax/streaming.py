@@ -178,7 +178,8 @@ def translate_stream(members: Sequence[generate.Member], tokenizer: vocab.Tokeni
   """One `Translation` per line of `lines`, in input order, `window` lines at a time.
 
   `window` (default 16 batches) bounds the lines held in memory; larger windows
-  sort into fuller batches. `alignments` adds word alignments to every hypothesis.
+  sort into fuller batches. `alignments` adds word alignments to every
+  hypothesis. Settings are checked here; lines are read as the iterator is.
   """
   members = tuple(members)
   if batch_size < 1:
@@ -186,11 +187,18 @@ def translate_stream(members: Sequence[generate.Member], tokenizer: vocab.Tokeni
   window = 16 * batch_size if window is None else window
   if window < 1:
     raise ValueError(f"window={window} must be >= 1")
-  lines = iter(lines)
+  for member in members:
+    if alignments is not None:
+      alignment.check_layer_and_head(member.cfg, alignments.layer, alignments.head)
+  return _stream(members, tokenizer, iter(lines), search=search, batch_size=batch_size,
+                 window=window, aligned=alignments, warn=warn)
+
+
+def _stream(members, tokenizer, lines: Iterator[str], *, window: int,
+            **settings: Any) -> Iterator[Translation]:
   first = 0
   while chunk := list(itertools.islice(lines, window)):
-    yield from _translate_window(members, tokenizer, chunk, first, search=search,
-                                 batch_size=batch_size, aligned=alignments, warn=warn)
+    yield from _translate_window(members, tokenizer, chunk, first, **settings)
     first += len(chunk)
 
 

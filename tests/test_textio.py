@@ -12,6 +12,7 @@ def test_splits_on_newline_only_and_drops_windows_carriage_returns(tmp_path):
   path.write_bytes("eins\u2028zwei\r\ndrei\x0bvier\n\nf\rünf\r\nsechs".encode())
   assert textio.read_lines(path) == ["eins\u2028zwei", "drei\x0bvier", "", "f\rünf", "sechs"]
   assert textio.read_lines(str(path)) == textio.read_lines(path)
+  assert list(textio.iter_lines(path)) == textio.read_lines(path)
 
 
 @pytest.mark.parametrize("raw, lines", [(b"", []), (b"\n", [""]), (b"\n\n", ["", ""]),
@@ -21,6 +22,9 @@ def test_line_counts_match_wc(tmp_path, raw, lines):
   path.write_bytes(raw)
   assert textio.read_lines(path) == lines
   assert textio.read_lines(io.BytesIO(raw), errors="replace") == lines
+  assert list(textio.iter_lines(path)) == lines
+  assert list(textio.iter_lines(io.BytesIO(raw), errors="replace")) == lines
+  assert textio.count_lines(path) == len(lines)
 
 
 def test_strict_names_the_file_and_line(tmp_path):
@@ -30,11 +34,19 @@ def test_strict_names_the_file_and_line(tmp_path):
     textio.read_lines(path)
   with pytest.raises(ValueError, match=r"cannot read .*missing\.txt"):
     textio.read_lines(tmp_path / "missing.txt")
+  lines = textio.iter_lines(path)
+  assert [next(lines), next(lines)] == ["eins", "zwei"]  # read as far as asked
+  with pytest.raises(ValueError, match=r"bad\.txt: line 3 is not valid UTF-8.*convert"):
+    next(lines)
+  with pytest.raises(ValueError, match=r"cannot read .*missing\.txt"):
+    next(textio.iter_lines(tmp_path / "missing.txt"))
 
 
 def test_replace_keeps_every_line(tmp_path):
   raw = b"eins\n\xff zwei\ndrei\xc3\n"
   assert textio.read_lines(io.BytesIO(raw), errors="replace") == [
+      "eins", "\ufffd zwei", "drei\ufffd"]
+  assert list(textio.iter_lines(io.BytesIO(raw), errors="replace")) == [
       "eins", "\ufffd zwei", "drei\ufffd"]
   with pytest.raises(ValueError, match="errors='ignore'"):
     textio.read_lines(io.BytesIO(raw), errors="ignore")

@@ -1,12 +1,15 @@
 """inference.py and t2t-translate on a tiny random model in a temporary work directory.
 
-One line out per line in, in input order; clear errors for a work directory without a model.
+One line out per line in, in input order; n-best lists, alignments, samples and
+ensembles from the command line; clear errors for a work directory without a
+model and for ensembles without one vocabulary.
 """
 
 import dataclasses
 import io
 import json
 import logging
+import shutil
 import sys
 
 import jax
@@ -21,6 +24,7 @@ from t2t_jax.datasets import demo
 from t2t_jax import evaluate
 from t2t_jax import inference
 from t2t_jax import model
+from t2t_jax import streaming
 from t2t_jax import textio
 from t2t_jax import translate
 from t2t_jax import vocab
@@ -103,7 +107,7 @@ def test_command_line_stdin_to_stdout_and_files(workdir, translator, monkeypatch
   expected = translator.translate(LINES, warn=lambda _: None)
   data = ("\r\n".join(LINES) + "\n").encode("utf-8") + b"\xff broken utf-8\n"
   monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
-  with caplog.at_level(logging.WARNING, logger="t2t_jax.inference"):
+  with caplog.at_level(logging.WARNING, logger="t2t_jax.streaming"):
     translate.main(["--workdir", str(workdir)])
   captured = capsysbinary.readouterr()
   out = captured.out.decode("utf-8").split("\n")
@@ -168,7 +172,82 @@ def test_decode_and_score_writes_hypotheses_and_three_scores(translator, tmp_pat
 def test_ids_beyond_the_sentencepiece_model_read_as_unknown(translator):
   tokenizer = translator.tokenizer
   ids = tokenizer.encode("the dog")[:-1]
-  assert inference.ids_to_text(tokenizer, ids) == "the dog"
-  text = inference.ids_to_text(tokenizer, ids + [tokenizer.vocab_size, tokenizer.vocab_size + 7])
+  assert streaming.ids_to_text(tokenizer, ids) == "the dog"
+  text = streaming.ids_to_text(tokenizer, ids + [tokenizer.vocab_size, tokenizer.vocab_size + 7])
   assert text == tokenizer.decode(ids + [UNK_ID, UNK_ID])
 
+
+
+SHORT = ["the dog sleeps", "", "a house", "the old man saw the small dog", "the cat"]
+
+
+def _run(workdir, tmp_path, *flags, lines=SHORT):
+  source, target = tmp_path / "in.txt", tmp_path / "out.txt"
+  source.write_text("".join(line + "\n" for line in lines), encoding="utf-8")
+  translate.main(["--workdir", str(workdir), "--input", str(source), "--output", str(target),
+                  *flags])
+  return textio.read_lines(target)
+
+
+def test_nbest_lists_with_alignments(workdir, translator, tmp_path):
+  rows = _run(workdir, tmp_path, "--nbest", "2", "--alignments")
+  parsed = [streaming.parse_nbest(row) for row in rows]
+  assert [p[0] for p in parsed] == [0, 0, 1, 2, 2, 3, 3, 4, 4]  # one empty hypothesis for ""
+  assert parsed[2] == (1, "", 0.0, [])
+  best = [p[1] for i, p in enumerate(parsed) if i == 0 or parsed[i - 1][0] != p[0]]
+  assert best == translator.translate(SHORT)
+  for index, text, _, pairs in parsed:
+    assert all(0 <= i < len(SHORT[index].split()) and 0 <= j < len(text.split())
+               for i, j in pairs)
+    assert {j for _, j in pairs} == set(range(len(text.split())))
+  for first, second in zip(parsed[::1], parsed[1:]):
+    if first[0] == second[0]:
+      assert first[2] >= second[2]  # best first
+  one_best = _run(workdir, tmp_path, "--alignments", "--alignment_layer", "0",
+                  "--alignment_head", "1")
+  assert [row.split("\t")[0] for row in one_best] == translator.translate(SHORT)
+  with pytest.raises(SystemExit, match="n_best=3 must be <= beam_size=2"):
+    _run(workdir, tmp_path, "--nbest", "3")
+  with pytest.raises(SystemExit, match="layer=1 does not exist"):
+    _run(workdir, tmp_path, "--alignments", "--alignment_layer", "1")
+
+
+def test_samples_are_seeded(workdir, tmp_path):
+  flags = ("--sample", "--temperature", "2", "--top_k", "20", "--nbest", "3")
+  first = _run(workdir, tmp_path, *flags, "--seed", "3")
+  again = _run(workdir, tmp_path, *flags, "--seed", "3", "--batch_size", "1", "--window", "2")
+  other = _run(workdir, tmp_path, *flags, "--seed", "4")
+  assert first == again  # the batching does not change a line's samples
+  assert first != other
+  assert len(first) == 3 * 4 + 1 and len({r.split("\t")[1] for r in first}) > 4
+
+
+def test_ensembles_of_work_directories_and_checkpoints(saved, translator, tmp_path):
+  workdir, first, _ = saved
+  pair = inference.Translator(workdir, ensemble=[workdir])
+  assert len(pair.members) == 2
+  assert pair.translate(SHORT) == translator.translate(SHORT)
+  mixed = inference.Translator(workdir / "checkpoints" / "1", ensemble=[workdir / "averaged" / "2"])
+  for got, expected in zip(jax.tree.leaves(mixed.params), jax.tree.leaves(first)):
+    np.testing.assert_array_equal(got, expected)
+  rows = _run(workdir, tmp_path, "--ensemble", str(workdir / "checkpoints" / "1"),
+              str(workdir / "checkpoints" / "2"))
+  assert len(rows) == len(SHORT) and rows[1] == ""
+
+  other = tmp_path / "other"
+  shutil.copytree(workdir, other)
+  (other / "vocab" / "spm.model").unlink()
+  pairs = demo.generate(200, seed=5, max_words=8)
+  vocab.train(pairs, str(other / "vocab" / "spm"), 80)
+  with pytest.raises(SystemExit, match=r"other was trained with another vocabulary.*share one"):
+    _run(workdir, tmp_path, "--ensemble", str(other))
+  with pytest.raises(SystemExit, match="not a finished checkpoint"):
+    _run(workdir, tmp_path, "--ensemble", str(workdir / "checkpoints" / "7"))
+
+
+def test_a_file_streams_with_a_progress_bar(workdir, tmp_path, capsys):
+  expected = dict(zip(SHORT, _run(workdir, tmp_path)))
+  lines = [SHORT[i % len(SHORT)] for i in range(300)]
+  rows = _run(workdir, tmp_path, "--window", "16", "--progress", lines=lines)
+  assert rows == [expected[line] for line in lines]
+  assert "300/300" in capsys.readouterr().err
