@@ -177,7 +177,6 @@ def test_ids_beyond_the_sentencepiece_model_read_as_unknown(translator):
   assert text == tokenizer.decode(ids + [UNK_ID, UNK_ID])
 
 
-
 SHORT = ["the dog sleeps", "", "a house", "the old man saw the small dog", "the cat"]
 
 
