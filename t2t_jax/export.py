@@ -41,9 +41,9 @@ import numpy as np
 from t2t_jax import checkpoint
 from t2t_jax import configs
 from t2t_jax import ids
+from t2t_jax import inference
 from t2t_jax import layers
 from t2t_jax import model
-from t2t_jax import inference
 from t2t_jax import vocab
 from t2t_jax import workdir as workdir_lib
 

@@ -17,8 +17,8 @@ import numpy as np
 import pytest
 
 import trained
-from t2t_jax import (checkpoint, configs, decode, engines, export, export_cli, inference, layers, model,
-                     vocab, workdir as workdir_lib)
+from t2t_jax import (checkpoint, configs, decode, engines, export, export_cli, inference, layers,
+                     model, vocab, workdir as workdir_lib)
 from t2t_jax.ids import EOS_ID
 
 NUM_SENTENCES = 32
