@@ -1,18 +1,34 @@
-"""Beam-search decoding speed, with the incremental cache and without it; or beside CTranslate2.
+"""Beam-search decoding speed: random weights at fixed output lengths, a trained model's test set, or beside CTranslate2.
 
-    python benchmarks/bench_decode.py [--configs=demo,base] [--sentences=8] [--source_len=20]
-        [--output_len=24] [--beam_size=4] [--repeats=3] [--no-uncached]
+    python benchmarks/bench_decode.py [random] [--configs=demo,base] [--sentences=8]
+        [--source_len=20] [--output_len=24] [--extra=50] [--beam_size=4] [--repeats=3]
+        [--uncached]
+    python benchmarks/bench_decode.py testset --workdir=runs/demo [--repeats=2]
+    ... --compare=/path/to/old/checkout [--rounds=3]   # old and new, interleaved
     python benchmarks/bench_decode.py --ctranslate2 [--workdir=runs/demo] [--sentences=256]
         [--batch_size=64] [--beam_size=4] [--repeats=3]
 
-Random parameters, random source ids. A random model's first choice is often
-EOS, which would time a one-step search; so EOS is switched off here and every
-hypothesis runs to exactly `output_len` tokens (about a WMT sentence), which is
-the work of a trained model's typical sentence. Compilation is timed apart;
-the rates are the best of `repeats` runs: sentences/s and target tokens/s
-(one sentence = one output of `output_len` tokens; the beam's extra hypotheses
-are not counted). "uncached" reruns the whole decoder over all output positions
-at every step (`decode.uncached_decoder`), the encoder once, as the cache does.
+`random`: random parameters and source ids, decoded as `translate_batch` does
+(self-attention buffer of source length + `extra` positions) but with every
+hypothesis running to exactly `output_len` tokens (about a WMT sentence): each
+sentence's limit is `output_len` and the EOS row of the (shared) output
+embedding is zero, so EOS (logit 0, about 4 standard deviations below the best
+of the vocabulary's) is never among a beam's best. Rates count the sentences
+and their `output_len` tokens, not the beam's other hypotheses. `--uncached`
+adds the decoder that reruns every position at every step
+(`decode.uncached_decoder`), the encoder once, as the cache does.
+
+`testset`: the work directory's averaged parameters translate its test set
+(`data/<dataset>/test.<src>`, as the demo writes it) with the config's beam,
+sorted into batches as `decode_ids` does; the first pass includes compilation
+("cold"), the best of the later ones does not. Prints sentences/s, output
+tokens/s and sacreBLEU.
+
+`--compare=DIR` runs every `random`/`testset` measurement in fresh worker
+processes, alternating this checkout and the one at DIR (each importing its own
+t2t_jax through only the functions both have), `--rounds` times; it prints the
+best of each and the ratio new / old, and for `testset` how many translations
+differ.
 
 `--ctranslate2` (needs `pip install -e .[export]`) instead runs our beam search
 and CTranslate2 (float32 and int8) side by side on the same model exported with
@@ -28,46 +44,16 @@ from __future__ import annotations
 
 import argparse
 import functools
+import json
 import os
 import pathlib
 import platform
+import subprocess
 import sys
 import tempfile
 import time
 
-import jax
-import jax.numpy as jnp
-import numpy as np
-
-sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
-
-from t2t_jax import configs, decode, engines, export, model, vocab  # noqa: E402
-from t2t_jax.ids import EOS_ID  # noqa: E402
-
-
-@functools.partial(jax.jit, static_argnames=("cfg", "beam_size", "output_len", "cached"))
-def _search(params, inputs, *, cfg, beam_size, output_len, cached):
-  if cached:
-    cache = model.init_cache(cfg, params, inputs, output_len)
-    step_fn = functools.partial(model.decode_step, cfg, params)
-  else:
-    cache, step_fn = decode.uncached_decoder(cfg, params, inputs, output_len)
-  # eos_id=-1 never matches a token: every hypothesis decodes output_len tokens.
-  return decode.beam_search(step_fn, cache, beam_size=beam_size, alpha=cfg.alpha,
-                            max_len=output_len, eos_id=-1)
-
-
-def _time(fn, repeats: int) -> tuple[float, float, np.ndarray]:
-  """(first call incl. compilation, best later call) in seconds, and the output tokens."""
-  start = time.perf_counter()
-  tokens = np.asarray(jax.block_until_ready(fn())[0])
-  first = time.perf_counter() - start
-  best = float("inf")
-  for _ in range(repeats):
-    start = time.perf_counter()
-    jax.block_until_ready(fn())
-    best = min(best, time.perf_counter() - start)
-  return first, best, tokens
+HERE = pathlib.Path(__file__).resolve().parent.parent
 
 
 def _cpu_name() -> str:
@@ -81,57 +67,235 @@ def _cpu_name() -> str:
   return platform.processor() or "unknown"
 
 
+def _device_line() -> str:
+  import jax  # pylint: disable=import-outside-toplevel
+  device = jax.devices()[0]
+  return (f"device: {device.platform} {device.device_kind} ({_cpu_name()}, {os.cpu_count()} cores), "
+          f"jax {jax.__version__}, load average {os.getloadavg()[0]:.1f}")
+
+
+# ------------------------------------------------------------------ measurements
+
+
+def _timed(fn, repeats: int) -> tuple[float, float, object]:
+  """(first call incl. compilation, best later call) in seconds, and the first call's result."""
+  start = time.perf_counter()
+  result = fn()
+  first = time.perf_counter() - start
+  best = float("inf")
+  for _ in range(repeats):
+    start = time.perf_counter()
+    fn()
+    best = min(best, time.perf_counter() - start)
+  return first, best, result
+
+
+def measure_random(name: str, args) -> list[dict]:
+  """One config on random weights: a row per decoder (cached, and uncached if asked)."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from t2t_jax import configs, decode, model  # pylint: disable=import-outside-toplevel
+  from t2t_jax.ids import EOS_ID  # pylint: disable=import-outside-toplevel
+
+  cfg = configs.get_config(name)
+  if not cfg.share_embeddings:
+    raise ValueError(f"config {name} has separate output embeddings; this benchmark zeroes "
+                     "the shared one's EOS row")
+  params = jax.jit(functools.partial(model.init_params, cfg))(jax.random.key(0))
+  params["embedding"]["embedding"] = params["embedding"]["embedding"].at[EOS_ID].set(0.0)
+  rng = np.random.default_rng(0)
+  inputs = rng.integers(3, cfg.vocab_size, size=(args.sentences, args.source_len))
+  inputs[:, -1] = EOS_ID
+  inputs = jnp.asarray(inputs, jnp.int32)
+  max_lens = jnp.full((args.sentences,), args.output_len, jnp.int32)
+  rows = []
+  for cached in (True, False) if args.uncached else (True,):
+    run = functools.partial(
+        decode._beam_decode, params, inputs, max_lens, cfg=cfg,  # pylint: disable=protected-access
+        beam_size=args.beam_size, alpha=cfg.alpha, max_len=args.source_len + args.extra,
+        n_best=1, cached=cached)
+    first, best, (tokens, _) = _timed(lambda: jax.block_until_ready(run()), args.repeats)
+    lengths = (np.asarray(tokens)[:, 0] != 0).sum(-1)
+    if not np.all(lengths == args.output_len):
+      raise RuntimeError(f"outputs of {sorted(set(lengths.tolist()))} tokens, not all "
+                         f"{args.output_len}: EOS was chosen")
+    rows.append({"config": name, "decoding": "cached" if cached else "uncached",
+                 "compile_s": first, "run_s": best, "sentences_per_s": args.sentences / best,
+                 "tokens_per_s": args.sentences * args.output_len / best,
+                 "tokens": np.asarray(tokens).tolist()})
+  return rows
+
+
+def measure_testset(args) -> list[dict]:
+  """The work directory's test set: one cold pass, then the best of `repeats` warm ones."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from t2t_jax import checkpoint, configs, decode, evaluate, vocab  # pylint: disable=import-outside-toplevel
+
+  def read_lines(path):
+    return path.read_text(encoding="utf-8").splitlines()
+
+  workdir = pathlib.Path(args.workdir)
+  cfg = configs.TransformerConfig(**json.loads((workdir / "config.json").read_text()))
+  tokenizer = vocab.Tokenizer(str(workdir / "vocab" / "spm.model"))
+  data = workdir / "data" / cfg.dataset
+  sources = read_lines(data / f"test.{cfg.source_lang}")
+  references = read_lines(data / f"test.{cfg.target_lang}")
+  params = checkpoint.load_params(workdir)
+  ids = [tokenizer.encode(line)[:-1][:cfg.max_len - 1] for line in sources]
+  first, best, outputs = _timed(lambda: decode.decode_ids(cfg, params, ids), args.repeats)
+  hyps = [tokenizer.decode(out) for out in outputs]
+  bleu = evaluate.bleu_scores(hyps, references, cfg.target_lang)["sacrebleu"]["score"]
+  out_tokens = sum(len(out) + 1 for out in outputs)  # EOS included, as in `random`
+  return [{"config": f"{workdir.name} test set", "decoding": "cached",
+           "compile_s": first, "run_s": best, "cold_sentences_per_s": len(ids) / first,
+           "sentences_per_s": len(ids) / best, "tokens_per_s": out_tokens / best,
+           "bleu": bleu, "hypotheses": hyps}]
+
+
+# ------------------------------------------------------------------------ printing
+
+
+def _print_rows(rows: list[dict], label: str = "") -> None:
+  for r in rows:
+    extra = f" cold {r['cold_sentences_per_s']:.2f} sent/s, BLEU {r['bleu']:.2f}" if "bleu" in r else ""
+    print(f"{label}{r['config']:16} {r['decoding']:9} {r['compile_s']:13.2f} {r['run_s']:8.3f} "
+          f"{r['sentences_per_s']:8.2f} {r['tokens_per_s']:9.1f}{extra}", flush=True)
+
+
+HEADER = (f"{'config':16} {'decoding':9} {'compile+run s':>13} {'run s':>8} {'sent/s':>8} "
+          f"{'tokens/s':>9}")
+
+
+def _measure(args) -> list[dict]:
+  if args.mode == "random":
+    return [row for name in args.configs.split(",") for row in measure_random(name, args)]
+  return measure_testset(args)
+
+
+def _worker_rows(checkout: pathlib.Path, argv: list[str]) -> list[dict]:
+  """This script's measurement run in a fresh process against `checkout`'s t2t_jax."""
+  env = {**os.environ, "PYTHONPATH": str(checkout)}
+  out = subprocess.run([sys.executable, __file__, *argv, "--worker"], cwd=checkout, env=env,
+                       check=True, stdout=subprocess.PIPE, text=True).stdout
+  return json.loads(out.strip().splitlines()[-1])
+
+
+def _compare(args, argv: list[str]) -> None:
+  old_dir = pathlib.Path(args.compare).resolve()
+  best: dict[str, dict] = {"old": {}, "new": {}}
+  for round_ in range(args.rounds):
+    for version, checkout in (("old", old_dir), ("new", HERE)):
+      rows = _worker_rows(checkout, argv)
+      _print_rows(rows, f"round {round_ + 1} {version}: ")
+      for r in rows:
+        key = f"{r['config']} {r['decoding']}"
+        kept = best[version].get(key)
+        if kept is None or r["run_s"] < kept["run_s"]:
+          best[version][key] = {**r, "compile_s": min(r["compile_s"], (kept or r)["compile_s"])}
+        if "cold_sentences_per_s" in r:
+          cold = max(r["cold_sentences_per_s"], (kept or r)["cold_sentences_per_s"])
+          best[version][key]["cold_sentences_per_s"] = cold
+  print(f"\nbest of {args.rounds} rounds; ratio = new / old")
+  print(HEADER)
+  for key, old in best["old"].items():
+    new = best["new"][key]
+    _print_rows([old], "old ")
+    _print_rows([new], "new ")
+    ratio = new["sentences_per_s"] / old["sentences_per_s"]
+    line = f"ratio {key}: sentences/s {ratio:.2f}x, tokens/s {new['tokens_per_s'] / old['tokens_per_s']:.2f}x"
+    if "cold_sentences_per_s" in old:
+      line += f", cold sentences/s {new['cold_sentences_per_s'] / old['cold_sentences_per_s']:.2f}x"
+    if "hypotheses" in old:
+      differ = sum(a != b for a, b in zip(old["hypotheses"], new["hypotheses"]))
+      line += (f", BLEU old {old['bleu']:.2f} new {new['bleu']:.2f}, "
+               f"{differ} of {len(old['hypotheses'])} translations differ")
+    elif "tokens" in old:
+      line += f", tokens {'identical' if old['tokens'] == new['tokens'] else 'DIFFER'}"
+    print(line, flush=True)
+
+
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("mode", nargs="?", default="random", choices=["random", "testset"])
   parser.add_argument("--configs", default="demo,base")
   parser.add_argument("--sentences", type=int, default=8)
-  parser.add_argument("--source_len", type=int, default=20,
-                      help="source ids per sentence, EOS included")
+  parser.add_argument("--source_len", type=int, default=20, help="source ids, EOS included")
   parser.add_argument("--output_len", type=int, default=24)
+  parser.add_argument("--extra", type=int, default=50,
+                      help="output buffer = source_len + extra (translate_batch's max_decode_extra)")
   parser.add_argument("--beam_size", type=int, default=4)
   parser.add_argument("--repeats", type=int, default=3)
-  parser.add_argument("--uncached", action=argparse.BooleanOptionalAction, default=True)
+  parser.add_argument("--uncached", action=argparse.BooleanOptionalAction, default=False)
+  parser.add_argument("--workdir", help="testset (default runs/demo) and --ctranslate2: a trained "
+                      "work directory")
+  parser.add_argument("--compare", default=None, help="an old checkout to run interleaved")
+  parser.add_argument("--rounds", type=int, default=3)
   parser.add_argument("--ctranslate2", action="store_true",
                       help="ours beside CTranslate2 float32 and int8 (see the docstring)")
-  parser.add_argument("--workdir", help="--ctranslate2: a trained work directory")
   parser.add_argument("--batch_size", type=int, default=64,
                       help="--ctranslate2 --workdir: sentences per batch in both engines")
+  parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.ctranslate2:
+    sys.path.insert(0, str(HERE))
     ctranslate2_side_by_side(args)
     return
-
-  device = jax.devices()[0]
-  print(f"device: {device.platform} {device.device_kind} ({_cpu_name()}, {os.cpu_count()} cores), "
-        f"jax {jax.__version__}, load average {os.getloadavg()[0]:.1f}")
-  print(f"{args.sentences} sentences, {args.source_len} source ids, {args.output_len} output "
-        f"tokens each, beam {args.beam_size}")
-  print(f"{'config':8} {'decoding':9} {'compile+run s':>13} {'run s':>8} {'sent/s':>8} "
-        f"{'tokens/s':>9} {'speed-up':>8}")
-  for name in args.configs.split(","):
-    cfg = configs.get_config(name)
-    params = jax.jit(functools.partial(model.init_params, cfg))(jax.random.key(0))
-    rng = np.random.default_rng(0)
-    inputs = rng.integers(3, cfg.vocab_size, size=(args.sentences, args.source_len))
-    inputs[:, -1] = EOS_ID
-    inputs = jnp.asarray(inputs, jnp.int32)
-    results = {}
-    for cached in (True, False) if args.uncached else (True,):
-      run = functools.partial(_search, params, inputs, cfg=cfg, beam_size=args.beam_size,
-                              output_len=args.output_len, cached=cached)
-      first, best, tokens = _time(run, args.repeats)
-      results[cached] = (best, tokens)
-      # How many times faster the cache is (on the uncached row).
-      speed_up = "" if cached else f"{best / results[True][0]:.1f}x"
-      print(f"{name:8} {'cached' if cached else 'uncached':9} {first:13.2f} {best:8.3f} "
-            f"{args.sentences / best:8.2f} {args.sentences * args.output_len / best:9.1f} "
-            f"{speed_up:>8}", flush=True)
-    if False in results:
-      same = np.array_equal(results[True][1], results[False][1])
-      print(f"{name:8} cached and uncached tokens {'identical' if same else 'DIFFER'}")
+  if args.mode == "testset":
+    args.workdir = str(pathlib.Path(args.workdir or "runs/demo").resolve())
+  if args.worker:
+    print(json.dumps(_measure(args)))
+    return
+  sys.path.insert(0, str(HERE))
+  print(_device_line())
+  if args.mode == "random":
+    print(f"{args.sentences} sentences, {args.source_len} source ids, {args.output_len} output "
+          f"tokens each, buffer {args.source_len + args.extra}, beam {args.beam_size}")
+  if args.compare:
+    settings = ("configs", "sentences", "source_len", "output_len", "extra", "beam_size",
+                "repeats", "workdir")
+    argv = [args.mode] + [f"--{name}={getattr(args, name)}" for name in settings
+                          if getattr(args, name) is not None]
+    _compare(args, argv + ["--uncached" if args.uncached else "--no-uncached"])
+    return
+  print(HEADER)
+  rows = _measure(args)
+  _print_rows(rows)
+  by_config = {}
+  for r in rows:
+    by_config.setdefault(r["config"], {})[r["decoding"]] = r
+  for name, pair in by_config.items():
+    if "uncached" in pair:
+      same = pair["cached"]["tokens"] == pair["uncached"]["tokens"]
+      print(f"{name}: the cache is {pair['uncached']['run_s'] / pair['cached']['run_s']:.1f}x "
+            f"faster; cached and uncached tokens {'identical' if same else 'DIFFER'}")
 
 
 # ------------------------------------------ yardstick: CTranslate2 on the same exported model
+
+
+@functools.cache
+def _jitted_search():
+  import jax  # pylint: disable=import-outside-toplevel
+  from t2t_jax import decode, model  # pylint: disable=import-outside-toplevel
+
+  @functools.partial(jax.jit, static_argnames=("cfg", "beam_size", "output_len", "cached"))
+  def search(params, inputs, *, cfg, beam_size, output_len, cached):
+    if cached:
+      cache = model.init_cache(cfg, params, inputs, output_len)
+      step_fn = functools.partial(model.decode_step, cfg, params)
+    else:
+      cache, step_fn = decode.uncached_decoder(cfg, params, inputs, output_len)
+    # eos_id=-1 never matches a token: every hypothesis decodes output_len tokens.
+    return decode.beam_search(step_fn, cache, beam_size=beam_size, alpha=cfg.alpha,
+                              max_len=output_len, eos_id=-1)
+
+  return search
+
+
+def _search(params, inputs, **settings):
+  """One jitted `beam_search` with EOS off (the CTranslate2 side by side's random workload)."""
+  return _jitted_search()(params, inputs, **settings)
 
 
 def _best_of(fn, repeats: int):
@@ -148,6 +312,7 @@ def _best_of(fn, repeats: int):
 def _ctranslate2_runs(spec, directory, threads):
   """{compute type: translator} for one saved float32 model, quantised on loading."""
   import ctranslate2  # pylint: disable=import-outside-toplevel  (the export extra)
+  from t2t_jax import export  # pylint: disable=import-outside-toplevel
   export.save_ctranslate2(spec, directory)
   return {kind: ctranslate2.Translator(directory, device="cpu", compute_type=kind,
                                        intra_threads=threads, inter_threads=1)
@@ -156,6 +321,8 @@ def _ctranslate2_runs(spec, directory, threads):
 
 def _trained_workload(args):
   """Ours and CTranslate2 translating real sentences with a trained model: run functions."""
+  from t2t_jax import decode, engines, export, vocab  # pylint: disable=import-outside-toplevel
+  from t2t_jax.ids import EOS_ID  # pylint: disable=import-outside-toplevel
   cfg, params, spm_path = export.load_workdir(args.workdir)
   tokenizer = vocab.Tokenizer(spm_path)
   lines = (pathlib.Path(args.workdir) / "data" / "demo" / "test.en").read_text(
@@ -183,6 +350,11 @@ def _trained_workload(args):
 
 def _random_workload(args):
   """Random parameters and ids, EOS off: every output has args.output_len tokens."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from t2t_jax import configs, model  # pylint: disable=import-outside-toplevel
+  from t2t_jax.ids import EOS_ID  # pylint: disable=import-outside-toplevel
   cfg = configs.get_config(args.configs.split(",")[0])
   params = jax.jit(functools.partial(model.init_params, cfg))(jax.random.key(0))
   params = jax.device_get(params)
@@ -213,6 +385,8 @@ def _random_workload(args):
 
 def ctranslate2_side_by_side(args) -> None:
   """Our beam search, then CTranslate2 float32 and int8 on the same model and sentences."""
+  import jax  # pylint: disable=import-outside-toplevel
+  from t2t_jax import export  # pylint: disable=import-outside-toplevel
   workload = _trained_workload if args.workdir else _random_workload
   cfg, params, tokens, ours, theirs, description = workload(args)
   threads = os.cpu_count() or 1

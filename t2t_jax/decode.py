@@ -32,8 +32,9 @@ import jax.numpy as jnp
 import numpy as np
 
 from t2t_jax import configs
+from t2t_jax import decode_cache
 from t2t_jax import model
-from t2t_jax.buckets import bucket_length
+from t2t_jax.buckets import BUCKET_LENGTHS, bucket_length
 from t2t_jax.ids import EOS_ID, PAD_ID
 
 Array = jax.Array
@@ -126,12 +127,14 @@ def token_by_token(step_fn: StepFn, cache: Any, choose: Callable[[Array, Array],
 # --------------------------------------------------------------------------- beam
 
 
-class _BeamState(NamedTuple):
+class BeamState(NamedTuple):
+  """The search between steps; `beam_search` runs it from `beam_start` to the end."""
   step: Array          # [] position of the token generated next
+  limits: Array        # [batch] int32 each sentence's maximum length (<= max_len)
   alive_seqs: Array    # [batch, beam, max_len]
   alive_log_prob: Array  # [batch, beam] float32
   alive_ok: Array      # [batch, beam] bool: holds a hypothesis still being extended
-  cache: Any           # leaves [batch * beam, ...]
+  cache: Any           # per-row leaves [batch * beam, ...] (decode_cache.py)
   done_seqs: Array     # [batch, beam, max_len], best first
   done_score: Array    # [batch, beam] float32, length-penalised
   done_ok: Array       # [batch, beam] bool
@@ -144,97 +147,144 @@ def _gather_beams(x: Array, beam_index: Array) -> Array:
   return jnp.take_along_axis(x, index, axis=1)
 
 
-def _gather_cache(cache: Any, beam_index: Array) -> Any:
-  """Reorders cache rows [batch * beam, ...] to the beams chosen by beam_index [batch, beam]."""
-  batch, beam = beam_index.shape
-  rows = (jnp.arange(batch)[:, None] * beam + beam_index).reshape(-1)
-  return jax.tree.map(lambda x: jnp.take(x, rows, axis=0), cache)
+def _top_extensions(log_probs: Array, s: BeamState, n: int) -> tuple[Array, Array, Array]:
+  """The n best (log-prob, beam, token) extensions per sentence, best first.
 
-
-def beam_search(step_fn: StepFn, cache: Any, *, beam_size: int = 4, alpha: float = 0.6,
-                max_len: int, max_lens: Optional[Array] = None, eos_id: int = EOS_ID,
-                n_best: int = 1) -> tuple[Array, Array]:
-  """Length-penalised beam search with early stopping per sentence.
-
-  `cache` has leading dim `batch` on every leaf (one row per sentence); it is
-  tiled to `beam_size` rows per sentence here. `max_len` is the static output
-  length; `max_lens` [batch] optional per-sentence maxima (<= max_len), e.g.
-  input length + 50. A sentence stops once no live hypothesis can beat its
-  `n_best`-th finished one: with alpha >= 0 a live hypothesis can at best reach
-  its current log-probability over lp(sentence maximum), since log-probabilities
-  only fall and lp only grows. The loop ends when every sentence has stopped.
-
-  Returns tokens [batch, n_best, max_len] int32 (0 after EOS) and scores
-  [batch, n_best] float32, best first; a slot without any hypothesis (only
-  possible with a vocabulary smaller than the beam) scores NEG_INF.
+  log_probs [batch, beam, vocab]. In two stages, each beam's best n then the best
+  n of those: every extension in a sentence's best n is within its own beam's
+  best n. Same result as one top-n over beam x vocab, ties included (both prefer
+  the lower beam, then the lower token).
   """
+  batch, beams, vocab = log_probs.shape
+  m = min(n, vocab)
+  beam_best, beam_token = jax.lax.top_k(log_probs, m)                        # [batch, beam, m]
+  candidates = jnp.where(s.alive_ok[..., None], s.alive_log_prob[..., None] + beam_best, NEG_INF)
+  top_log_prob, top_index = jax.lax.top_k(candidates.reshape(batch, beams * m), n)  # [batch, n]
+  top_beam = top_index // m
+  top_token = jnp.take_along_axis(beam_token.reshape(batch, beams * m), top_index, axis=1)
+  return top_log_prob, top_beam, top_token
+
+
+def _beam_step(step_fn: StepFn, s: BeamState, *, alpha: float, eos_id: int, n_best: int,
+               shared: bool) -> BeamState:
+  batch, k, _ = s.alive_seqs.shape
+  tokens = _previous_tokens(s.alive_seqs, s.step).reshape(batch * k)
+  log_probs, cache = _next_log_probs(step_fn, s.cache, tokens, s.step)
+  # Each beam has one EOS extension, so the best 2k hold at least k that go on.
+  top_log_prob, top_beam, top_token = _top_extensions(log_probs.reshape(batch, k, -1), s, 2 * k)
+  top_ok = _gather_beams(s.alive_ok, top_beam) & (top_token != PAD_ID)
+  top_seqs = jax.lax.dynamic_update_index_in_dim(
+      _gather_beams(s.alive_seqs, top_beam), top_token, s.step, axis=2)       # [batch, 2k, max_len]
+
+  # Finished now: EOS within the best k, or anything within the best k at the limit.
+  length = s.step + 1
+  at_limit = (length >= s.limits)[:, None]                                   # [batch, 1]
+  in_top_k = jnp.arange(2 * k) < k
+  finishing = top_ok & in_top_k & ((top_token == eos_id) | at_limit)
+  new_score = jnp.where(finishing, top_log_prob / length_penalty(length, alpha), NEG_INF)
+  pool_score = jnp.concatenate([jnp.where(s.done_ok, s.done_score, NEG_INF), new_score], 1)
+  pool_ok = jnp.concatenate([s.done_ok, finishing], 1)
+  pool_seqs = jnp.concatenate([s.done_seqs, top_seqs], 1)
+  done_score, keep = jax.lax.top_k(pool_score, k)
+  done_ok = _gather_beams(pool_ok, keep)
+  done_seqs = _gather_beams(pool_seqs, keep)
+
+  # Still alive: the best k extensions that do not end in EOS.
+  goes_on = top_token != eos_id
+  alive_log_prob, pick = jax.lax.top_k(jnp.where(goes_on, top_log_prob, 2 * NEG_INF), k)
+  alive_ok = _gather_beams(top_ok & goes_on, pick) & ~at_limit
+  alive_seqs = _gather_beams(top_seqs, pick)
+  parents = jnp.arange(batch)[:, None] * k + _gather_beams(top_beam, pick)   # [batch, k] rows
+  cache = decode_cache.take_rows(cache, parents.reshape(-1), shared=shared)
+
+  # With alpha >= 0 a live hypothesis can at best reach its current log-probability
+  # over lp(its sentence's maximum): log-probabilities only fall and lp only grows.
+  best_alive = (jnp.max(jnp.where(alive_ok, alive_log_prob, NEG_INF), axis=1)
+                / length_penalty(s.limits, alpha))
+  beaten = done_ok[:, n_best - 1] & (done_score[:, n_best - 1] >= best_alive)
+  sentence_done = s.sentence_done | beaten | ~jnp.any(alive_ok, axis=1)
+  alive_ok = alive_ok & ~sentence_done[:, None]
+  return BeamState(length, s.limits, alive_seqs, alive_log_prob, alive_ok, cache,
+                   done_seqs, done_score, done_ok, sentence_done)
+
+
+def _check_settings(alpha: float, beam_size: int, n_best: int) -> None:
   if alpha < 0:
     raise ValueError(f"alpha={alpha} must be >= 0: the early-stopping bound assumes a "
                      "length penalty that grows with length")
   if not 1 <= n_best <= beam_size:
     raise ValueError(f"n_best={n_best} must be between 1 and beam_size={beam_size}")
+
+
+def beam_start(cache: Any, *, beam_size: int, max_len: int, max_lens: Optional[Array] = None,
+               shared: bool = True) -> BeamState:
+  """The state before the first step: one empty hypothesis per sentence, cache tiled to beams.
+
+  `cache` leaves have leading dim `batch` (decode_cache.py: PerSentence parts
+  stay so unless `shared=False`, the reference path that tiles them too).
+  """
   batch = _batch_size(cache)
-  limits = _sentence_max_lens(max_len, max_lens, batch)                        # [batch]
-  best_possible_lp = length_penalty(limits, alpha)                             # [batch]
   k = beam_size
-
-  def cond(s: _BeamState):
-    return (s.step < max_len) & ~jnp.all(s.sentence_done)
-
-  def body(s: _BeamState) -> _BeamState:
-    tokens = _previous_tokens(s.alive_seqs, s.step).reshape(batch * k)
-    log_probs, cache = _next_log_probs(step_fn, s.cache, tokens, s.step)
-    vocab = log_probs.shape[-1]
-    log_probs = log_probs.reshape(batch, k, vocab)
-    candidates = jnp.where(s.alive_ok[..., None], s.alive_log_prob[..., None] + log_probs, NEG_INF)
-    # Each beam has one EOS extension, so the best 2k hold at least k that go on.
-    top_log_prob, top_index = jax.lax.top_k(candidates.reshape(batch, k * vocab), 2 * k)
-    top_beam, top_token = top_index // vocab, top_index % vocab                # [batch, 2k]
-    top_ok = _gather_beams(s.alive_ok, top_beam) & (top_token != PAD_ID)
-    top_seqs = jax.lax.dynamic_update_index_in_dim(
-        _gather_beams(s.alive_seqs, top_beam), top_token, s.step, axis=2)     # [batch, 2k, max_len]
-
-    # Finished now: EOS within the best k, or anything within the best k at the limit.
-    length = s.step + 1
-    at_limit = (length >= limits)[:, None]                                     # [batch, 1]
-    in_top_k = jnp.arange(2 * k) < k
-    finishing = top_ok & in_top_k & ((top_token == eos_id) | at_limit)
-    new_score = jnp.where(finishing, top_log_prob / length_penalty(length, alpha), NEG_INF)
-    pool_score = jnp.concatenate([jnp.where(s.done_ok, s.done_score, NEG_INF), new_score], 1)
-    pool_ok = jnp.concatenate([s.done_ok, finishing], 1)
-    pool_seqs = jnp.concatenate([s.done_seqs, top_seqs], 1)
-    done_score, keep = jax.lax.top_k(pool_score, k)
-    done_ok = _gather_beams(pool_ok, keep)
-    done_seqs = _gather_beams(pool_seqs, keep)
-
-    # Still alive: the best k extensions that do not end in EOS.
-    goes_on = top_token != eos_id
-    alive_log_prob, pick = jax.lax.top_k(jnp.where(goes_on, top_log_prob, 2 * NEG_INF), k)
-    alive_ok = _gather_beams(top_ok & goes_on, pick) & ~at_limit
-    alive_seqs = _gather_beams(top_seqs, pick)
-    cache = _gather_cache(cache, _gather_beams(top_beam, pick))
-
-    best_alive = jnp.max(jnp.where(alive_ok, alive_log_prob, NEG_INF), axis=1) / best_possible_lp
-    beaten = done_ok[:, n_best - 1] & (done_score[:, n_best - 1] >= best_alive)
-    sentence_done = s.sentence_done | beaten | ~jnp.any(alive_ok, axis=1)
-    alive_ok = alive_ok & ~sentence_done[:, None]
-    return _BeamState(s.step + 1, alive_seqs, alive_log_prob, alive_ok, cache,
-                      done_seqs, done_score, done_ok, sentence_done)
-
   first_beam = jnp.arange(k) == 0
-  init = _BeamState(
+  return BeamState(
       step=jnp.int32(0),
+      limits=_sentence_max_lens(max_len, max_lens, batch),
       alive_seqs=jnp.zeros((batch, k, max_len), jnp.int32),
       # Only beam 0 holds the empty prefix, so the first step does not pick k copies.
       alive_log_prob=jnp.where(first_beam, 0.0, NEG_INF)[None].repeat(batch, 0),
       alive_ok=first_beam[None].repeat(batch, 0),
-      cache=jax.tree.map(lambda x: jnp.repeat(x, k, axis=0), cache),
+      cache=decode_cache.tile(cache, k, shared=shared),
       done_seqs=jnp.zeros((batch, k, max_len), jnp.int32),
       done_score=jnp.full((batch, k), NEG_INF, jnp.float32),
       done_ok=jnp.zeros((batch, k), bool),
       sentence_done=jnp.zeros((batch,), bool))
-  final = jax.lax.while_loop(cond, body, init)
-  return final.done_seqs[:, :n_best], final.done_score[:, :n_best]
+
+
+def beam_run(step_fn: StepFn, state: BeamState, *, until: int, alpha: float = 0.6,
+             eos_id: int = EOS_ID, n_best: int = 1, shared: bool = True) -> BeamState:
+  """Steps until position `until` (exclusive) or until every sentence has stopped.
+
+  The cache's Positions buffers are resized to `until` first (decode_cache.py),
+  so a search can run in chunks whose self-attention covers the filled prefix
+  rather than the whole output length.
+  """
+  _check_settings(alpha, state.alive_seqs.shape[1], n_best)
+  until = min(until, state.alive_seqs.shape[2])
+  if decode_cache.position_length(state.cache) is not None:
+    state = state._replace(cache=decode_cache.resize(state.cache, until))
+  step = functools.partial(_beam_step, step_fn, alpha=alpha, eos_id=eos_id, n_best=n_best,
+                           shared=shared)
+  return jax.lax.while_loop(lambda s: (s.step < until) & ~jnp.all(s.sentence_done), step, state)
+
+
+def beam_search(step_fn: StepFn, cache: Any, *, beam_size: int = 4, alpha: float = 0.6,
+                max_len: int, max_lens: Optional[Array] = None, eos_id: int = EOS_ID,
+                n_best: int = 1, chunks: Optional[Sequence[int]] = None,
+                shared: bool = True) -> tuple[Array, Array]:
+  """Length-penalised beam search with early stopping per sentence.
+
+  `cache` has leading dim `batch` on every leaf (one row per sentence); its
+  per-row parts are tiled to `beam_size` rows per sentence here and reordered
+  after every step, its PerSentence parts are shared by the beams as they are
+  (decode_cache.py; `shared=False` tiles and reorders them too: the reference).
+  `max_len` is the static output length; `max_lens` [batch] optional
+  per-sentence maxima (<= max_len), e.g. input length + 50. A sentence stops
+  once no live hypothesis can beat its `n_best`-th finished one; the loop ends
+  when every sentence has stopped. `chunks`: increasing positions at which the
+  Positions buffers grow (default: one chunk of max_len, the buffers as given);
+  each chunk is one more copy of the step in the compiled program.
+
+  Returns tokens [batch, n_best, max_len] int32 (0 after EOS) and scores
+  [batch, n_best] float32, best first; a slot without any hypothesis (only
+  possible with a vocabulary smaller than the beam) scores NEG_INF.
+  """
+  _check_settings(alpha, beam_size, n_best)
+  state = beam_start(cache, beam_size=beam_size, max_len=max_len, max_lens=max_lens,
+                     shared=shared)
+  for until in [*(c for c in chunks or () if c < max_len), max_len]:
+    state = beam_run(step_fn, state, until=until, alpha=alpha, eos_id=eos_id, n_best=n_best,
+                     shared=shared)
+  return state.done_seqs[:, :n_best], state.done_score[:, :n_best]
 
 
 # ------------------------------------------------------------------- with the model
@@ -249,41 +299,74 @@ def uncached_decoder(cfg: configs.TransformerConfig, params: Any, inputs: Array,
   It exists to check that the incremental cache changes nothing (same tokens)
   and to measure what it saves.
   """
-  transformer = model.Transformer(cfg)
-  variables = {"params": params}
   batch = inputs.shape[0]
-  state = {"inputs": inputs, "prefix": jnp.zeros((batch, max_len), jnp.int32),
-           "encoded": transformer.apply(variables, inputs, method=model.Transformer.encode)}
-
-  def step_fn(state, tokens, position):
-    # `tokens` is the output at position - 1 (the model shifts targets right itself).
-    written = jax.lax.dynamic_update_index_in_dim(
-        state["prefix"], tokens, jnp.maximum(position - 1, 0), axis=1)
-    prefix = jnp.where(position == 0, state["prefix"], written)
-    # The teacher-forced decoder hides target positions holding padding; any
-    # non-zero id at `position` keeps the query real (its value is never read).
-    targets = jax.lax.dynamic_update_index_in_dim(
-        prefix, jnp.full_like(tokens, EOS_ID), position, axis=1)
-    logits = transformer.apply(variables, state["encoded"], state["inputs"], targets,
-                               method=model.Transformer.decode)   # [rows, max_len, vocab]
-    next_logits = jax.lax.dynamic_index_in_dim(logits, position, axis=1, keepdims=False)
-    return next_logits, {**state, "prefix": prefix}
-
-  return state, step_fn
+  encoded = model.Transformer(cfg).apply({"params": params}, inputs,
+                                         method=model.Transformer.encode)
+  state = {"inputs": inputs, "prefix": jnp.zeros((batch, max_len), jnp.int32), "encoded": encoded}
+  return state, functools.partial(_uncached_step, cfg, params)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "beam_size", "alpha", "max_len", "n_best",
-                                             "cached"))
+def _uncached_step(cfg, params, state, tokens, position):
+  # `tokens` is the output at position - 1 (the model shifts targets right itself).
+  written = jax.lax.dynamic_update_index_in_dim(
+      state["prefix"], tokens, jnp.maximum(position - 1, 0), axis=1)
+  prefix = jnp.where(position == 0, state["prefix"], written)
+  # The teacher-forced decoder hides target positions holding padding; any
+  # non-zero id at `position` keeps the query real (its value is never read).
+  targets = jax.lax.dynamic_update_index_in_dim(
+      prefix, jnp.full_like(tokens, EOS_ID), position, axis=1)
+  logits = model.Transformer(cfg).apply(
+      {"params": params}, state["encoded"], state["inputs"], targets,
+      method=model.Transformer.decode)                                 # [rows, max_len, vocab]
+  next_logits = jax.lax.dynamic_index_in_dim(logits, position, axis=1, keepdims=False)
+  return next_logits, {**state, "prefix": prefix}
+
+
+def _step_fn(cfg: configs.TransformerConfig, params: Any, cached: bool) -> StepFn:
+  return functools.partial(model.decode_step if cached else _uncached_step, cfg, params)
+
+
+def chunk_lengths(max_len: int) -> list[int]:
+  """Where `translate_batch` grows the self-attention cache: 16, 32, 64, ... then max_len.
+
+  Each length is one more compiled program per batch shape, compiled when a
+  batch first decodes that far; doubling keeps them few while the buffer stays
+  within twice the filled prefix.
+  """
+  lengths = [n for n in BUCKET_LENGTHS if n >= 16 and n & (n - 1) == 0 and n < max_len]
+  return lengths + [max_len]
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "beam_size", "max_len", "first", "cached"))
+def _start(params, inputs, max_lens, *, cfg, beam_size, max_len, first, cached) -> BeamState:
+  if cached:
+    cache = decode_cache.resize(model.init_cache(cfg, params, inputs, max_len), first)
+  else:
+    cache, _ = uncached_decoder(cfg, params, inputs, max_len)
+  return beam_start(cache, beam_size=beam_size, max_len=max_len, max_lens=max_lens)
+
+
+@functools.partial(jax.jit, static_argnames=("cfg", "alpha", "until", "n_best", "cached"))
+def _run(params, state, *, cfg, alpha, until, n_best, cached) -> BeamState:
+  return beam_run(_step_fn(cfg, params, cached), state, until=until, alpha=alpha, n_best=n_best)
+
+
 def _beam_decode(params: Any, inputs: Array, max_lens: Array, *, cfg: configs.TransformerConfig,
                  beam_size: int, alpha: float, max_len: int, n_best: int,
                  cached: bool) -> tuple[Array, Array]:
-  if cached:
-    cache = model.init_cache(cfg, params, inputs, max_len)
-    step_fn = functools.partial(model.decode_step, cfg, params)
-  else:
-    cache, step_fn = uncached_decoder(cfg, params, inputs, max_len)
-  return beam_search(step_fn, cache, beam_size=beam_size, alpha=alpha, max_len=max_len,
-                     max_lens=max_lens, n_best=n_best)
+  """`beam_search` in chunks of growing cache length, each chunk a program of its own.
+
+  Stops after the chunk where every sentence has stopped, so the programs for
+  longer caches are neither run nor compiled for batches that never need them.
+  """
+  lengths = chunk_lengths(max_len)
+  state = _start(params, inputs, max_lens, cfg=cfg, beam_size=beam_size, max_len=max_len,
+                 first=lengths[0], cached=cached)
+  for until in lengths:
+    state = _run(params, state, cfg=cfg, alpha=alpha, until=until, n_best=n_best, cached=cached)
+    if bool(jnp.all(state.sentence_done)):
+      break
+  return state.done_seqs[:, :n_best], state.done_score[:, :n_best]
 
 
 def translate_batch(cfg: configs.TransformerConfig, params: Any, inputs: Array, *,

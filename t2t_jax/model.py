@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from t2t_jax import decode_cache
 from t2t_jax import layers
 from t2t_jax.configs import TransformerConfig
 from t2t_jax.ids import PAD_ID
@@ -99,9 +100,12 @@ class DecoderLayer(nn.Module):
     y = _add_norm(
         y, self.self_attention(y, bias=self_bias, kv=self_kv, deterministic=deterministic),
         self.norm_self, self.dropout, deterministic)
-    y = _add_norm(
-        y, self.cross_attention(y, bias=cross_bias, kv=cross_kv, deterministic=deterministic),
-        self.norm_cross, self.dropout, deterministic)
+    # While decoding, y may hold several rows (beams) per sentence of cross_kv: each
+    # sentence's rows become queries of one attention (a reshape; none in training).
+    batch = cross_kv[0].shape[0]
+    cross = self.cross_attention(y.reshape(batch, -1, y.shape[-1]), bias=cross_bias, kv=cross_kv,
+                                 deterministic=deterministic).reshape(y.shape)
+    y = _add_norm(y, cross, self.norm_cross, self.dropout, deterministic)
     return _add_norm(y, self.ffn(y), self.norm_ffn, self.dropout, deterministic)
 
   def __call__(self, y: Array, encoded: Array, self_bias: Array, cross_bias: Array,
@@ -114,17 +118,24 @@ class DecoderLayer(nn.Module):
     """Encoder-decoder keys [batch, src_len, heads, d_k] and values [.., d_v]."""
     return self.cross_attention.project_kv(encoded)
 
-  def step(self, y: Array, cache: Cache, position: Array, self_bias: Array,
+  def step(self, y: Array, self_kv: Cache, cross_kv: Cache, position: Array, self_bias: Array,
            cross_bias: Array) -> tuple[Array, Cache]:
-    """One position: y [batch, 1, d_model]; writes its keys/values at `position` in the cache."""
-    k, v = self.self_attention.project_kv(y)                            # [batch, 1, heads, d]
-    index = (0, position, 0, 0)
-    keys = lax.dynamic_update_slice(cache["self_key"], k.astype(cache["self_key"].dtype), index)
-    values = lax.dynamic_update_slice(
-        cache["self_value"], v.astype(cache["self_value"].dtype), index)
-    y = self._block(y, (keys, values), (cache["cross_key"], cache["cross_value"]),
+    """One position: y [rows, 1, d_model]; writes its keys/values at `position` of self_kv.
+
+    self_kv {"key", "value"} [rows, heads, max_decode_len, d]; cross_kv the same
+    [batch, heads, src_len, d] with rows = batch * r (r rows per sentence).
+    """
+    # Heads before positions: the attention products then read the cache as it is
+    # stored; [rows, length, heads, d] costs a transpose of the cache per step.
+    k, v = (x.transpose(0, 2, 1, 3) for x in self.self_attention.project_kv(y))  # [rows, heads, 1, d]
+    index = (0, 0, position, 0)
+    keys = lax.dynamic_update_slice(self_kv["key"], k.astype(self_kv["key"].dtype), index)
+    values = lax.dynamic_update_slice(self_kv["value"], v.astype(self_kv["value"].dtype), index)
+    by_position = lambda x: x.transpose(0, 2, 1, 3)                  # -> [.., length, heads, d]
+    y = self._block(y, (by_position(keys), by_position(values)),
+                    (by_position(cross_kv["key"]), by_position(cross_kv["value"])),
                     self_bias, cross_bias, deterministic=True)
-    return y, {**cache, "self_key": keys, "self_value": values}
+    return y, {"key": keys, "value": values}
 
 
 class Encoder(nn.Module):
@@ -156,13 +167,13 @@ class Decoder(nn.Module):
   def cross_kv(self, encoded: Array) -> list[tuple[Array, Array]]:
     return [layer.cross_kv(encoded) for layer in self.layers]
 
-  def step(self, y: Array, caches: list[Cache], position: Array, self_bias: Array,
-           cross_bias: Array) -> tuple[Array, list[Cache]]:
-    new_caches = []
-    for layer, cache in zip(self.layers, caches):
-      y, cache = layer.step(y, cache, position, self_bias, cross_bias)
-      new_caches.append(cache)
-    return y, new_caches
+  def step(self, y: Array, self_kvs: list[Cache], cross_kvs: list[Cache], position: Array,
+           self_bias: Array, cross_bias: Array) -> tuple[Array, list[Cache]]:
+    new_kvs = []
+    for layer, self_kv, cross_kv in zip(self.layers, self_kvs, cross_kvs):
+      y, self_kv = layer.step(y, self_kv, cross_kv, position, self_bias, cross_bias)
+      new_kvs.append(self_kv)
+    return y, new_kvs
 
 
 class Transformer(nn.Module):
@@ -267,26 +278,29 @@ class Transformer(nn.Module):
     self._check_length(max_decode_len, "decode")
     cfg = self.config
     batch = inputs.shape[0]
-    encoded = self.encode(inputs, train=False)
-    shape = lambda depth: (batch, max_decode_len, cfg.num_heads, depth)
-    caches = [{"self_key": jnp.zeros(shape(cfg.key_depth), _dtype(cfg)),
-               "self_value": jnp.zeros(shape(cfg.value_depth), _dtype(cfg)),
-               "cross_key": k, "cross_value": v}
-              for k, v in self.decoder.cross_kv(encoded)]
-    return {"source_ids": inputs, "layers": caches}
+    by_head = lambda x: x.transpose(0, 2, 1, 3)                       # -> [batch, heads, length, d]
+    cross = [{"key": by_head(k), "value": by_head(v)}
+             for k, v in self.decoder.cross_kv(self.encode(inputs, train=False))]
+    shape = lambda depth: (batch, cfg.num_heads, max_decode_len, depth)
+    self_kv = [{"key": jnp.zeros(shape(cfg.key_depth), _dtype(cfg)),
+                "value": jnp.zeros(shape(cfg.value_depth), _dtype(cfg))}
+               for _ in range(cfg.num_layers)]
+    return {"sentence": decode_cache.PerSentence({"source_ids": inputs, "cross": cross}),
+            "self": decode_cache.Positions(self_kv, axis=2)}
 
   def decode_step(self, cache: Cache, tokens: Array, position: Array) -> tuple[Array, Cache]:
-    """tokens [batch] at scalar `position` -> next-token logits [batch, vocab] float32, cache."""
-    max_decode_len = cache["layers"][0]["self_key"].shape[1]
+    """tokens [rows] at scalar `position` -> next-token logits [rows, vocab] float32, cache."""
+    sentence, self_kv = cache["sentence"].value, cache["self"].value
+    max_decode_len = self_kv[0]["key"].shape[2]
     y = self._embed(tokens[:, None], jnp.reshape(position, (1,)), "target", deterministic=True)
     keys = jnp.arange(max_decode_len)
     allowed = keys <= position                                         # [max_decode_len]
     if self.config.attention_window is not None:
       allowed = allowed & (position - keys <= self.config.attention_window)
     self_bias = layers.mask_to_bias(allowed)[None, None, None, :]      # [1, 1, 1, max_len]
-    cross_bias = layers.mask_to_bias(cache["source_ids"] != PAD_ID)[:, None, None, :]
-    y, caches = self.decoder.step(y, cache["layers"], position, self_bias, cross_bias)
-    return self._logits(y)[:, 0], {**cache, "layers": caches}
+    cross_bias = layers.mask_to_bias(sentence["source_ids"] != PAD_ID)[:, None, None, :]
+    y, self_kv = self.decoder.step(y, self_kv, sentence["cross"], position, self_bias, cross_bias)
+    return self._logits(y)[:, 0], {**cache, "self": cache["self"].replace(value=self_kv)}
 
 
 # ----------------------------------------------------------------- functional API
@@ -300,8 +314,11 @@ def init_params(cfg: TransformerConfig, key: Array) -> dict[str, Any]:
 
 
 def init_cache(cfg: TransformerConfig, params: Any, inputs: Array, max_decode_len: int) -> Cache:
-  """Decoding state for `inputs` [batch, src_len]; every leaf has leading dimension batch.
+  """Decoding state for `inputs` [batch, src_len], leaves with leading dimension batch.
 
+  {"sentence": PerSentence({"source_ids", "cross": [per layer {"key", "value"}]}),
+   "self": Positions([per layer {"key", "value"}], axis=2)}, keys/values
+  [batch, heads, length, d] (decode_cache.py says what the wrappers allow).
   `max_decode_len` (static) bounds the positions `decode_step` may write.
   """
   return Transformer(cfg).apply({"params": params}, inputs, max_decode_len,
@@ -310,11 +327,14 @@ def init_cache(cfg: TransformerConfig, params: Any, inputs: Array, max_decode_le
 
 def decode_step(cfg: TransformerConfig, params: Any, cache: Cache, tokens: Array,
                 position: Array) -> tuple[Array, Cache]:
-  """One decoder position: logits [batch, vocab] float32 for output token `position`.
+  """One decoder position: logits [rows, vocab] float32 for output token `position`.
 
-  `tokens` [batch] is the decoder input at `position`: the previous output token,
-  0 at position 0. `position` is a scalar int (may be traced) below the cache's
-  max_decode_len; larger values are clamped by `dynamic_update_slice`, not reported.
+  `tokens` [rows] is the decoder input at `position`: the previous output token,
+  0 at position 0. rows may be any multiple r of the cache's batch (rows
+  b*r .. b*r+r-1 translate sentence b) when the "self" part has rows rows, e.g.
+  `decode_cache.tile(cache, r)`. `position` is a scalar int (may be traced)
+  below the "self" buffer's length; larger values are clamped by
+  `dynamic_update_slice`, not reported.
   """
   return Transformer(cfg).apply({"params": params}, cache, tokens, jnp.asarray(position, jnp.int32),
                                 method=Transformer.decode_step)

@@ -10,6 +10,7 @@ import pytest
 
 from t2t_jax import configs
 from t2t_jax import decode
+from t2t_jax import decode_cache
 from t2t_jax.ids import EOS_ID, PAD_ID
 from t2t_jax import model
 
@@ -181,6 +182,56 @@ def test_bad_arguments_raise():
     decode.beam_search(toy_step, cache, beam_size=4, n_best=5, max_len=3)
 
 
+def test_two_stage_top_k_equals_one_top_k_over_beam_times_vocab():
+  # Integer-valued log-probabilities make many ties; 3 words < 2k = 8 per beam.
+  rng = np.random.default_rng(0)
+  for vocab, beams in ((50, 4), (3, 4), (7, 1)):
+    log_probs = jnp.asarray(rng.integers(-4, 0, (5, beams, vocab)), jnp.float32)
+    alive_log_prob = jnp.asarray(rng.integers(-3, 1, (5, beams)), jnp.float32)
+    alive_ok = jnp.asarray(rng.random((5, beams)) < 0.8)
+    state = decode.BeamState(*[None] * 3, alive_log_prob, alive_ok, *[None] * 5)
+    n = min(8, beams * vocab)
+    top_log_prob, top_beam, top_token = decode._top_extensions(log_probs, state, n)  # pylint: disable=protected-access
+    candidates = jnp.where(alive_ok[..., None], alive_log_prob[..., None] + log_probs,
+                           decode.NEG_INF).reshape(5, beams * vocab)
+    want_log_prob, want_index = jax.lax.top_k(candidates, n)
+    np.testing.assert_array_equal(top_log_prob, want_log_prob)
+    np.testing.assert_array_equal(top_beam, want_index // vocab)
+    np.testing.assert_array_equal(top_token, want_index % vocab)
+
+
+def test_cache_wrappers_tile_reorder_and_resize_only_their_parts():
+  batch, r = 2, 3
+  per_row = jnp.arange(batch * 4.0).reshape(batch, 4)
+  positions = jnp.arange(batch * 5.0).reshape(batch, 1, 5)          # position axis 2
+  shared = jnp.array([[7.0], [8.0]])
+  one = {"row": per_row, "self": decode_cache.Positions([positions], axis=2),
+         "sentence": decode_cache.PerSentence({"cross": shared})}
+  cache = [one, one]                                                  # an ensemble's caches
+  tiled = decode_cache.tile(cache, r)
+  for c in tiled:
+    np.testing.assert_array_equal(c["row"], np.repeat(per_row, r, 0))
+    np.testing.assert_array_equal(c["self"].value[0], np.repeat(positions, r, 0))
+    assert c["sentence"].value["cross"] is shared
+  rows = jnp.array([2, 0, 0, 5, 3, 4])
+  taken = decode_cache.take_rows(tiled, rows)
+  np.testing.assert_array_equal(taken[1]["row"], np.repeat(per_row, r, 0)[rows])
+  assert taken[1]["sentence"].value["cross"] is shared
+  # The reference path tiles and reorders the shared part too.
+  unshared = decode_cache.take_rows(decode_cache.tile(cache, r, shared=False), rows, shared=False)
+  np.testing.assert_array_equal(unshared[0]["sentence"].value["cross"], np.repeat(shared, r, 0)[rows])
+  assert decode_cache.position_length(tiled) == 5
+  short = decode_cache.resize(tiled, 2)
+  long = decode_cache.resize(short, 7)
+  assert decode_cache.position_length(long) == 7
+  np.testing.assert_array_equal(long[0]["self"].value[0][..., :2], tiled[0]["self"].value[0][..., :2])
+  np.testing.assert_array_equal(long[0]["self"].value[0][..., 2:], 0)
+  np.testing.assert_array_equal(long[0]["row"], tiled[0]["row"])
+  assert decode_cache.position_length({"x": per_row}) is None
+  with pytest.raises(ValueError, match="different lengths"):
+    decode_cache.position_length([tiled[0], long[0]])
+
+
 # ------------------------------------------------------------------ tiny real model
 
 TINY = configs.get_config("demo", vocab_size=24, num_layers=2, d_model=32, d_ff=64, num_heads=4,
@@ -232,3 +283,29 @@ def test_decode_ids_restores_input_order(tiny_params):
              for src, out in zip(sources, outputs))
   with pytest.raises(ValueError, match="truncate"):
     decode.decode_ids(TINY, tiny_params, [[5] * TINY.max_len])
+
+
+def test_shared_and_chunked_searches_equal_the_tiled_reference(tiny_params, monkeypatch):
+  """Cross-attention shared by the beams and a cache grown in chunks change nothing."""
+  inputs = jnp.asarray(_batch(_random_sources(2, [7, 3, 0, 5]), width=8))
+  max_len = 14
+  max_lens = jnp.array([14, 10, 7, 12])  # source length (EOS included) + 6, as translate_batch
+
+  @functools.partial(jax.jit, static_argnames=("shared", "chunks"))
+  def search(inputs, shared, chunks):
+    cache = model.init_cache(TINY, tiny_params, inputs, max_len)
+    return decode.beam_search(functools.partial(model.decode_step, TINY, tiny_params), cache,
+                              beam_size=3, alpha=0.6, max_len=max_len, max_lens=max_lens,
+                              n_best=3, chunks=chunks, shared=shared)
+
+  ref_tokens, ref_scores = search(inputs, shared=False, chunks=None)
+  check_well_formed(ref_tokens, np.asarray(max_lens))
+  for shared, chunks in ((True, None), (True, (2, 4, 8))):
+    tokens, scores = search(inputs, shared=shared, chunks=chunks)
+    np.testing.assert_array_equal(tokens, ref_tokens)
+    np.testing.assert_allclose(scores, ref_scores, rtol=1e-5)
+  # translate_batch runs the chunks as programs of their own: the same again.
+  monkeypatch.setattr(decode, "chunk_lengths", lambda max_len: [2, 4, 8, max_len])
+  tokens, scores = decode.translate_batch(TINY, tiny_params, inputs, max_decode_extra=6, n_best=3)
+  np.testing.assert_array_equal(tokens, ref_tokens)
+  np.testing.assert_allclose(scores, ref_scores, rtol=1e-5)
