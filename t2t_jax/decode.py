@@ -7,8 +7,9 @@ The search is written against a step function
 whose cache is a pytree with a leading `rows` dim on every leaf: the model's
 `decode_step` with `cfg` and `params` bound (`translate_batch`), the uncached
 reference `uncached_decoder`, or a toy function in the tests. Beams are rows
-`batch * beam_size`; the cache is tiled to beams once and gathered by beam
-index after every step.
+`batch * beam_size`; the cache's per-row parts are tiled to beams once and
+reordered by parent after every step, its per-sentence parts are shared by the
+beams, and its position buffers may grow in chunks (decode_cache.py).
 
 Scores are the GNMT length-penalised log-probabilities the paper ranks by:
 log P(Y) / lp(Y) with lp(Y) = ((5 + |Y|) / 6)^alpha, |Y| counting the generated
@@ -34,7 +35,7 @@ import numpy as np
 from t2t_jax import configs
 from t2t_jax import decode_cache
 from t2t_jax import model
-from t2t_jax.buckets import BUCKET_LENGTHS, bucket_length
+from t2t_jax.buckets import BUCKET_LENGTHS
 from t2t_jax.ids import EOS_ID, PAD_ID
 
 Array = jax.Array
@@ -327,23 +328,29 @@ def _step_fn(cfg: configs.TransformerConfig, params: Any, cached: bool) -> StepF
 
 
 def chunk_lengths(max_len: int) -> list[int]:
-  """Where `translate_batch` grows the self-attention cache: 16, 32, 64, ... then max_len.
+  """Where `translate_batch` grows the self-attention cache: 32, 64, 128, ... then max_len.
 
-  Each length is one more compiled program per batch shape, compiled when a
-  batch first decodes that far; doubling keeps them few while the buffer stays
-  within twice the filled prefix.
+  Each chunk after the first is one more compiled program per batch shape,
+  compiled when a batch first decodes that far; doubling keeps them few while
+  the buffer stays within twice the filled prefix. The first covers most
+  sentences of a usual test set, so their batches compile one program, as
+  without chunks.
   """
-  lengths = [n for n in BUCKET_LENGTHS if n >= 16 and n & (n - 1) == 0 and n < max_len]
+  lengths = [n for n in BUCKET_LENGTHS if n >= 32 and n & (n - 1) == 0 and n < max_len]
   return lengths + [max_len]
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "beam_size", "max_len", "first", "cached"))
-def _start(params, inputs, max_lens, *, cfg, beam_size, max_len, first, cached) -> BeamState:
+@functools.partial(jax.jit, static_argnames=("cfg", "beam_size", "alpha", "max_len", "until",
+                                             "n_best", "cached"))
+def _start(params, inputs, max_lens, *, cfg, beam_size, alpha, max_len, until, n_best,
+           cached) -> BeamState:
+  """The encoder, then the search's first chunk: positions below `until`."""
   if cached:
-    cache = decode_cache.resize(model.init_cache(cfg, params, inputs, max_len), first)
+    cache = decode_cache.resize(model.init_cache(cfg, params, inputs, max_len), until)
   else:
     cache, _ = uncached_decoder(cfg, params, inputs, max_len)
-  return beam_start(cache, beam_size=beam_size, max_len=max_len, max_lens=max_lens)
+  state = beam_start(cache, beam_size=beam_size, max_len=max_len, max_lens=max_lens)
+  return beam_run(_step_fn(cfg, params, cached), state, until=until, alpha=alpha, n_best=n_best)
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "alpha", "until", "n_best", "cached"))
@@ -359,14 +366,15 @@ def _beam_decode(params: Any, inputs: Array, max_lens: Array, *, cfg: configs.Tr
   Stops after the chunk where every sentence has stopped, so the programs for
   longer caches are neither run nor compiled for batches that never need them.
   """
-  lengths = chunk_lengths(max_len)
-  state = _start(params, inputs, max_lens, cfg=cfg, beam_size=beam_size, max_len=max_len,
-                 first=lengths[0], cached=cached)
-  for until in lengths:
-    state = _run(params, state, cfg=cfg, alpha=alpha, until=until, n_best=n_best, cached=cached)
-    if bool(jnp.all(state.sentence_done)):
+  first, *rest = chunk_lengths(max_len)
+  settings = dict(cfg=cfg, alpha=alpha, n_best=n_best, cached=cached)
+  state = _start(params, inputs, max_lens, beam_size=beam_size, max_len=max_len, until=first,
+                 **settings)
+  for until in rest:
+    if np.all(np.asarray(state.sentence_done)):
       break
-  return state.done_seqs[:, :n_best], state.done_score[:, :n_best]
+    state = _run(params, state, until=until, **settings)
+  return np.asarray(state.done_seqs)[:, :n_best], np.asarray(state.done_score)[:, :n_best]
 
 
 def translate_batch(cfg: configs.TransformerConfig, params: Any, inputs: Array, *,
@@ -428,7 +436,9 @@ def decode_ids(cfg: configs.TransformerConfig, params: Any, sources: Sequence[Se
   results: list[list[int]] = [[] for _ in sources]
   for start in range(0, len(order), batch_size):
     chunk = order[start:start + batch_size]
-    width = min(bucket_length(max(len(sources[i]) for i in chunk) + 1), cfg.max_len)
+    # Widths 8, 16, 32, ...: each is a program to compile, and padding the sources
+    # costs only encoder work, done once per batch.
+    width = min(max(8, 1 << (max(len(sources[i]) for i in chunk)).bit_length()), cfg.max_len)
     rows = min(batch_size, 1 << (len(chunk) - 1).bit_length())
     inputs = np.zeros((rows, width), np.int32)
     for row, i in enumerate(chunk):
