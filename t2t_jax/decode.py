@@ -247,7 +247,8 @@ def beam_run(step_fn: StepFn, state: BeamState, *, until: int, alpha: float = 0.
 
   The cache's Positions buffers are resized to `until` first (decode_cache.py),
   so a search can run in chunks whose self-attention covers the filled prefix
-  rather than the whole output length.
+  rather than the whole output length; `until` must not fall below the state's
+  step (a shorter buffer would lose keys/values already written).
   """
   _check_settings(alpha, state.alive_seqs.shape[1], n_best)
   until = min(until, state.alive_seqs.shape[2])
@@ -280,9 +281,12 @@ def beam_search(step_fn: StepFn, cache: Any, *, beam_size: int = 4, alpha: float
   possible with a vocabulary smaller than the beam) scores NEG_INF.
   """
   _check_settings(alpha, beam_size, n_best)
+  chunks = list(chunks or ())
+  if any(b <= a for a, b in zip([0] + chunks, chunks)):
+    raise ValueError(f"chunks={chunks} must be increasing positive positions")
   state = beam_start(cache, beam_size=beam_size, max_len=max_len, max_lens=max_lens,
                      shared=shared)
-  for until in [*(c for c in chunks or () if c < max_len), max_len]:
+  for until in [*(c for c in chunks if c < max_len), max_len]:
     state = beam_run(step_fn, state, until=until, alpha=alpha, eos_id=eos_id, n_best=n_best,
                      shared=shared)
   return state.done_seqs[:, :n_best], state.done_score[:, :n_best]
@@ -385,9 +389,10 @@ def translate_batch(cfg: configs.TransformerConfig, params: Any, inputs: Array, 
 
   Settings default to the config's (beam 4, alpha 0.6, input length + 50). Each
   sentence may produce up to its own length (EOS included) + max_decode_extra
-  tokens, capped by the model's cfg.max_len positions. Returns tokens
+  tokens, capped by the model's cfg.max_len positions. Returns NumPy tokens
   [batch, n_best, max_len] and scores [batch, n_best] as `beam_search`; an
-  all-padding (filler) row stops after one token.
+  all-padding (filler) row stops after one token. The search runs in chunks
+  (`chunk_lengths`), each a program of its own.
   """
   inputs = np.asarray(inputs, np.int32)
   if inputs.ndim != 2:

@@ -180,6 +180,8 @@ def test_bad_arguments_raise():
     decode.beam_search(toy_step, cache, alpha=-1.0, max_len=3)
   with pytest.raises(ValueError, match="n_best=5"):
     decode.beam_search(toy_step, cache, beam_size=4, n_best=5, max_len=3)
+  with pytest.raises(ValueError, match="increasing"):
+    decode.beam_search(toy_step, cache, chunks=[4, 2], max_len=8)
 
 
 def test_two_stage_top_k_equals_one_top_k_over_beam_times_vocab():
