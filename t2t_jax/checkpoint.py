@@ -17,6 +17,7 @@ The console script `t2t-average-checkpoints` is checkpoint_cli.py.
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import os
@@ -118,11 +119,33 @@ def _describe(error: BaseException) -> str:
   return f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
 
 
+@dataclasses.dataclass
+class _Retention:
+  """Orbax's preservation policy: the newest `keep` checkpoints, not counting interim ones.
+
+  An interim checkpoint (saved off the schedule on a preemption, `interim`
+  holds their steps) is kept only while it is the newest: once the resumed run
+  saves again it goes, so the checkpoints left to average are the ones an
+  uninterrupted run would have.
+  """
+  keep: int
+  interim: set[int]
+
+  def should_preserve(self, checkpoints: Sequence[Any], *, context: Any) -> list[bool]:
+    del context
+    newest = max((c.step for c in checkpoints), default=None)
+    regular = sorted(c.step for c in checkpoints
+                     if c.step == newest or c.step not in self.interim)
+    kept = set(regular[-self.keep:])
+    return [c.step in kept for c in checkpoints]
+
+
 class Checkpointer:
   """Saves the training state every `checkpoint_every_steps` steps and/or minutes.
 
   Keeps the last max(average_last, 2) checkpoints, so there is always one to
-  average over and one to fall back on. Saving is asynchronous: `maybe_save`
+  average over and one to fall back on (an interim save, `maybe_save(...,
+  interim=True)`, does not count and goes at the next save). Saving is asynchronous: `maybe_save`
   returns once the state is copied to host memory; `wait()` blocks until the
   files are complete and `close()` (or leaving a `with` block) also finishes.
   `clock` returns seconds and is injectable for tests.
@@ -139,13 +162,22 @@ class Checkpointer:
     self._every_seconds = None if minutes is None else 60.0 * minutes
     self._clock = clock
     self._last_save_time = clock()
+    self._retention = _Retention(self.keep, set())
     self._manager = ocp.CheckpointManager(
         self.directory,
         options=ocp.CheckpointManagerOptions(
-            preservation_policy=checkpoint_managers.LatestN(self.keep),
+            preservation_policy=self._retention,
             enable_async_checkpointing=async_save,
             cleanup_tmp_directories=True),
         handler_registry=_registry(ocp.StandardCheckpointHandler))
+    self._retention.interim.update(s for s in self._manager.all_steps() if self._is_interim(s))
+
+  def _is_interim(self, step: int) -> bool:
+    try:
+      meta = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+      return bool(meta["meta"].get("interim"))
+    except Exception:  # pylint: disable=broad-except
+      return False  # a damaged step: restore_latest deals with it
 
   def all_steps(self) -> list[int]:
     return sorted(self._manager.all_steps())
@@ -166,17 +198,21 @@ class Checkpointer:
     return self._is_new(step) and (by_steps or by_time)
 
   def maybe_save(self, step: int, state: PyTree, extras: Optional[dict] = None,
-                 force: bool = False) -> bool:
+                 force: bool = False, interim: bool = False) -> bool:
     """Saves `state` (unreplicated) and `extras` (JSON) if due.
 
     `force` saves regardless of the intervals (e.g. at the end of training), but
-    never a step at or before the latest saved one. Returns whether it saved.
+    never a step at or before the latest saved one. `interim` (implies force): a
+    save off the schedule, on a preemption; it is deleted at the next save and
+    never counts among the last `keep`. Returns whether it saved.
     """
     step = int(step)
-    if not (self._is_new(step) and (force or self.should_save(step))):
+    if not (self._is_new(step) and (force or interim or self.should_save(step))):
       return False
     extras = _json_clean({} if extras is None else extras, "extras")
-    meta = {"extras": extras, "saved_at": time.time()}
+    meta = {"extras": extras, "saved_at": time.time(), "interim": interim}
+    if interim:
+      self._retention.interim.add(step)
     self._manager.save(step, force=True, args=ocp.args.Composite(
         state=ocp.args.StandardSave(_host_copy(state)), meta=ocp.args.JsonSave(meta)))
     self._last_save_time = self._clock()

@@ -15,7 +15,9 @@ accepts, and exit status 2.
 `@cli.command` wraps a script's `main(argv)`: it sets up logging, and turns the
 ordinary exceptions library code raises on bad input or a failed run
 (OSError, ValueError, FloatingPointError, RuntimeError) into one line on
-stderr and exit status 1. Anything else is a bug and keeps its traceback.
+stderr and exit status 1, and a run stopped by a signal after saving
+(`preemption.Preempted`) into its one line and exit status 128 + the signal
+number. Anything else is a bug and keeps its traceback.
 """
 
 from __future__ import annotations
@@ -30,6 +32,7 @@ import typing
 from typing import Any, Callable, Optional, Sequence
 
 from t2t_jax import configs
+from t2t_jax import preemption
 
 _FIELDS = {f.name: f for f in dataclasses.fields(configs.TransformerConfig)}
 _HINTS = typing.get_type_hints(configs.TransformerConfig)
@@ -167,6 +170,9 @@ def command(main: Callable[..., Any]) -> Callable[..., Any]:
     setup_logging()
     try:
       return main(argv, *args, **kwargs)
+    except preemption.Preempted as e:
+      print(one_line(e), file=sys.stderr, flush=True)
+      raise SystemExit(e.exit_code) from None
     except USER_ERRORS as e:
       raise SystemExit(f"error: {one_line(e)}") from None
 

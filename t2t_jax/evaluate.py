@@ -87,8 +87,11 @@ def bleu_scores(hyps: Sequence[str], refs: Sequence[str], lang: str) -> dict[str
 
 
 def decode_and_score(cfg, params: Any, tokenizer, sources: Sequence[str], references: Sequence[str],
-                     out_path: str | os.PathLike, **settings: Any) -> dict[str, Any]:
+                     out_path: Optional[str | os.PathLike], **settings: Any) -> dict[str, Any]:
   """Translates `sources` with `params`, writes the hypotheses to `out_path`, scores them.
+
+  `out_path` None: the hypotheses are not written (the other processes of a
+  multi-process run).
 
   `settings` go to `inference.translate_lines` (beam_size, alpha,
   max_decode_extra, batch_size; the config's by default). Returns
@@ -99,11 +102,12 @@ def decode_and_score(cfg, params: Any, tokenizer, sources: Sequence[str], refere
   start = time.time()
   hyps = inference.translate_lines(cfg, params, tokenizer, sources, **settings)
   seconds = time.time() - start
-  with open(out_path, "w", encoding="utf-8", newline="\n") as f:
-    f.writelines(line + "\n" for line in hyps)
+  if out_path is not None:
+    with open(out_path, "w", encoding="utf-8", newline="\n") as f:
+      f.writelines(line + "\n" for line in hyps)
   scores = bleu_scores(hyps, references, cfg.target_lang)
   scores["decode"] = {"sentences": len(hyps), "seconds": round(seconds, 1),
-                      "hypotheses": str(out_path)}
+                      "hypotheses": None if out_path is None else str(out_path)}
   return scores
 
 

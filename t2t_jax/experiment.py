@@ -23,6 +23,7 @@ from t2t_jax import cli
 from t2t_jax import configs
 from t2t_jax import data
 from t2t_jax import evaluate
+from t2t_jax import multihost
 from t2t_jax import train
 from t2t_jax import workdir as workdir_lib
 
@@ -41,20 +42,33 @@ def run(cfg: configs.TransformerConfig, workdir: str | os.PathLike) -> dict[str,
   """Trains, averages the last `cfg.average_last` checkpoints, scores the test set.
 
   Writes `workdir/results.json` and `workdir/test.hyp` and returns the results.
-  Raises ValueError if `workdir` holds a run with an incompatible config.
+  Raises ValueError if `workdir` holds a run with an incompatible config,
+  workdir_lock.WorkdirBusyError if another run uses it, and
+  preemption.Preempted (after saving) on SIGTERM or Ctrl-C during training. In a
+  multi-process run every process calls it; process 0 writes the files.
   """
   workdir = pathlib.Path(workdir)
-  workdir.mkdir(parents=True, exist_ok=True)
-  workdir_lib.check_or_write_config(cfg, workdir)
-  start = time.time()
+  lock = train.lock_workdir(workdir)
+  try:
+    return _run(cfg, workdir)
+  finally:
+    lock.release()
 
-  ds = data.prepare(cfg, str(workdir))
+
+def _run(cfg: configs.TransformerConfig, workdir: pathlib.Path) -> dict[str, Any]:
+  start = time.time()
+  main = multihost.is_main()
+  # Process 0 writes the config and builds the vocabulary and token caches; the others
+  # wait, then check the config and load the caches.
+  ds = multihost.main_first("prepare", lambda: (
+      workdir_lib.check_or_write_config(cfg, workdir, write=main),
+      data.prepare(cfg, str(workdir)))[1])
   summary = train.train_and_evaluate(cfg, workdir, ds)
 
   params = checkpoint.average_checkpoints(workdir, last=cfg.average_last)
   scores = evaluate.decode_and_score(
       cfg, params, ds.tokenizer, ds.test_sources(), ds.test_references(),
-      workdir / "test.hyp")
+      workdir / "test.hyp" if main else None)
 
   names = ("sacrebleu", "sacrebleu_intl", "paper")
   results = {
@@ -72,7 +86,8 @@ def run(cfg: configs.TransformerConfig, workdir: str | os.PathLike) -> dict[str,
       "device_kind": jax.devices()[0].device_kind,
       "num_devices": jax.device_count(),
   }
-  workdir_lib.write_json_atomic(workdir / "results.json", results)
+  if main:
+    workdir_lib.write_json_atomic(workdir / "results.json", results)
   return results
 
 

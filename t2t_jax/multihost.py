@@ -12,6 +12,8 @@ what the collectives do not:
 - `agree(name, fn)`: process 0's value of `fn()` on every process (a decision
   that reads the wall clock must be the same everywhere).
 - `barrier(name)`: waits for every process.
+- `first_flag(name, value)`: a flag any one process may raise (SIGTERM reached
+  it), seen by all of them at the same call.
 - `fail(message)`: ends this process at once and makes every other one stop
   within about a second with a message naming this one. A plain exit would
   hang: JAX's exit handler waits for all processes at a shutdown barrier while
@@ -52,6 +54,7 @@ _AGREE_KEEP = 16
 
 _exiting = threading.Event()
 _uses: dict[str, int] = {}
+_raised: set[str] = set()  # first_flag names this process has raised
 
 
 def _env_int(name: str) -> Optional[int]:
@@ -155,6 +158,30 @@ def agree(name: str, fn: Callable[[], str]) -> str:
   if count >= _AGREE_KEEP:
     _client().key_value_delete(f"t2t_jax/agree/{name}/{count - _AGREE_KEEP}")
   return value
+
+
+def first_flag(name: str, value: Optional[int]) -> Optional[int]:
+  """A flag any process may raise (a stop signal's number), seen by every process at once.
+
+  `value`: this process's flag, None while it has none. Returns the flag raised
+  first as process 0 saw it, or None; every process gets the same answer from
+  the same call, so they act on it at the same point (e.g. after the same
+  training step). Every process must call it equally often.
+  """
+  if not is_multiprocess():
+    return value
+  if value is not None and name not in _raised:
+    _raised.add(name)
+    _client().key_value_set(f"t2t_jax/flag/{name}/{jax.process_index()}", str(value))
+
+  def decide() -> str:
+    if value is not None:
+      return str(value)
+    raised = _client().key_value_dir_get(f"t2t_jax/flag/{name}/")
+    return raised[0][1] if raised else ""
+
+  text = agree(f"flag/{name}", decide)
+  return int(text) if text else None
 
 
 def fail(message: str) -> None:

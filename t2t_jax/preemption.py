@@ -26,6 +26,10 @@ log = logging.getLogger(__name__)
 SIGNALS = (signal.SIGTERM, signal.SIGINT)
 
 
+def signal_name(signum: int) -> str:
+  return signal.Signals(signum).name
+
+
 class Preempted(Exception):
   """A run stopped early on a signal after saving; running it again resumes it.
 
@@ -58,7 +62,7 @@ class StopSignals:
 
   @property
   def name(self) -> str:
-    return signal.Signals(self.signum).name if self.signum is not None else ""
+    return signal_name(self.signum) if self.signum is not None else ""
 
   def _handle(self, signum: int, frame) -> None:  # pylint: disable=unused-argument
     name = signal.Signals(signum).name

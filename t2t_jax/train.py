@@ -6,6 +6,11 @@ checkpoint and eval sections it calls. Running it again on the same work
 directory resumes from the latest checkpoint: the state, the step and the data
 iterator's position come back together.
 
+Stopping: the first SIGTERM or Ctrl-C (preemption.py) lets the step in flight
+finish; then every process saves a checkpoint at that same step and `run()`
+raises `preemption.Preempted`. Process 0 holds the work directory's run lock
+(workdir_lock.py) from set-up to `close()`.
+
 Outputs (process 0 only): `workdir/metrics.jsonl` and TensorBoard events under
 `workdir/tb` (metrics_writer.py; a resumed run drops the lines after its
 checkpoint and appends), log lines, and a tqdm bar on a terminal.
@@ -31,9 +36,12 @@ from t2t_jax import checkpoint
 from t2t_jax import data
 from t2t_jax import flops as flops_lib
 from t2t_jax import loss as loss_lib
+from t2t_jax import multihost
 from t2t_jax import optim
 from t2t_jax import parallel
+from t2t_jax import preemption
 from t2t_jax import steps
+from t2t_jax import workdir_lock
 from t2t_jax.configs import TransformerConfig
 from t2t_jax.metrics_writer import MetricsWriter
 
@@ -81,6 +89,28 @@ class _Window:
     self.learning_rate = metrics["learning_rate"]
 
 
+def lock_workdir(workdir: str | os.PathLike) -> workdir_lock.RunLock:
+  """The work directory's run lock, taken by process 0; the caller releases it.
+
+  Raises WorkdirBusyError, naming the running process, on every process of this
+  run when another run holds the lock. Re-entrant: the experiment holds it
+  around training, and the Trainer takes it again.
+  """
+  lock = workdir_lock.RunLock(workdir)
+
+  def take() -> str:
+    try:
+      lock.acquire()
+    except workdir_lock.WorkdirBusyError as e:
+      return str(e)
+    return ""
+
+  refusal = multihost.agree("run_lock", take)
+  if refusal:
+    raise workdir_lock.WorkdirBusyError(refusal)
+  return lock
+
+
 class Trainer:
   """One training run in a work directory, ready to `run()` once constructed.
 
@@ -103,8 +133,9 @@ class Trainer:
     self.num_devices = jax.device_count()
     self.device_kind = jax.devices()[0].device_kind
     self.peak = flops_lib.peak_flops(self.device_kind, cfg.dtype, cfg.peak_tflops)
-    self.train_iter = self.ckpt = self.writer = None
+    self.train_iter = self.ckpt = self.writer = self.lock = None
     try:
+      self.lock = lock_workdir(self.workdir)
       self._setup(dataset)
     except BaseException:
       self.close()
@@ -153,6 +184,8 @@ class Trainer:
       self.ckpt.close()
     if self.train_iter is not None:
       self.train_iter.close()
+    if self.lock is not None:
+      self.lock.release()
 
   def __enter__(self) -> "Trainer":
     return self
@@ -162,14 +195,28 @@ class Trainer:
 
   # --- Checkpoint --------------------------------------------------------------------
 
-  def save(self, step: int, data_state: dict) -> None:
+  def save(self, step: int, data_state: dict, interim: bool = False) -> None:
+    """Saves the state after `step` (`interim`: off the schedule, on a preemption)."""
     state = self.devices.get(self.state)
     if not bool(_all_finite(state)):
       raise FloatingPointError(
           f"the state after step {step} holds NaN/inf although its loss was finite; "
           f"not saving it (the last good checkpoint is step {self.ckpt.latest_step}). "
           "Lower --config.learning_rate_scale or use float32")
-    self.ckpt.maybe_save(step, state, {"data": data_state}, force=True)
+    self.ckpt.maybe_save(step, state, {"data": data_state}, force=True, interim=interim)
+
+  def stop_requested(self, stop: preemption.StopSignals) -> Optional[int]:
+    """The signal that asks this run to stop after this step, or None; the same on every
+    process (a signal may reach one host before, or without, the others)."""
+    return multihost.first_flag("stop", stop.signum)
+
+  def preempted(self, step: int, signum: int) -> preemption.Preempted:
+    """Waits for the checkpoint of `step` and returns the exception that ends the run."""
+    self.ckpt.wait()
+    name = preemption.signal_name(signum)
+    return preemption.Preempted(
+        f"stopped on {name} after step {step}; saved a checkpoint of step {step} in "
+        f"{self.ckpt.directory}: run the same command again to resume", signum)
 
   # --- Evals -------------------------------------------------------------------------
 
@@ -223,67 +270,82 @@ class Trainer:
     return record
 
   def run(self) -> dict[str, Any]:
-    """Trains to cfg.num_train_steps; returns the summary `train_and_evaluate` describes."""
-    cfg = self.cfg
-    bar = tqdm.tqdm(total=cfg.num_train_steps, initial=self.start_step, unit="step",
+    """Trains to cfg.num_train_steps; returns the summary `train_and_evaluate` describes.
+
+    Raises preemption.Preempted after saving when SIGTERM or SIGINT arrives.
+    """
+    bar = tqdm.tqdm(total=self.cfg.num_train_steps, initial=self.start_step, unit="step",
                     dynamic_ncols=True,
                     disable=not (self.is_main and sys.stderr.isatty()))
-    window, last_record, evals = _Window(), None, None
-    total_tokens, total_seconds = 0.0, 0.0
-    pending: Optional[tuple[int, Any]] = None  # dispatched, metrics not read yet
     try:
-      for step in range(self.start_step + 1, cfg.num_train_steps + 1):
-        host_batch = next(self.train_iter)
-        data_state = self.train_iter.get_state()
-        window.add_host({
-            "target_tokens": float(np.count_nonzero(host_batch["targets"])),
-            "source_tokens": float(np.count_nonzero(host_batch["inputs"])),
-            "padded_tokens": float(host_batch["targets"].size),
-            "flops": flops_lib.batch_train_flops(cfg, host_batch["inputs"],
-                                                 host_batch["targets"])})
-        self.state, metrics = self.devices.train_step(
-            self.state, self.devices.put_batch(host_batch), self.dropout_key)
-        # Read the previous step only now, so the device always has work queued.
-        if pending is not None:
-          self.read_metrics(*pending, window)
-        pending = (step, metrics)
-        bar.update(1)
-
-        last = step == cfg.num_train_steps
-        eval_due = step % cfg.eval_every_steps == 0 or last
-        log_due = step % cfg.log_every_steps == 0 or eval_due
-        save_due = last or self.ckpt.should_save(step)
-        if step == self.start_step + 1:
-          # The first step includes compilation: keep it out of the throughput.
-          self.read_metrics(*pending, window)
-          pending = None
-          window.start_timer()
-        if not (log_due or save_due):
-          continue
-        if pending is not None:
-          self.read_metrics(*pending, window)
-          pending = None
-        if window.start is not None and window.timed_steps:
-          total_tokens += window.timed["target_tokens"] * jax.process_count()
-          total_seconds += time.perf_counter() - window.start
-        if log_due:
-          last_record = self.log_record(step, window)  # timed before the eval runs
-          evals = self.evaluate() if eval_due else {}
-          last_record.update(evals)
-          self.writer.write(last_record)
-          bar.set_postfix(loss=f"{last_record['train_loss']:.3f}",
-                          tok_s=f"{last_record.get('tokens_per_s', 0):.0f}")
-        if save_due:
-          self.save(step, data_state)
-        if log_due:
-          window = _Window()
-        window.start_timer()  # evals and saves stay out of the throughput
-
-      if last_record is None:  # the run had already finished: evaluate for the summary
-        evals = self.evaluate()
+      with preemption.StopSignals() as stop:
+        summary = self._loop(bar, stop)
+        # A signal after the last step's check: training is complete and saved, but the
+        # caller (averaging, decoding) must still stop.
+        signum = self.stop_requested(stop)
+        if signum:
+          raise self.preempted(summary["final_step"], signum)
+        return summary
     finally:
       bar.close()
 
+  def _loop(self, bar: tqdm.tqdm, stop: preemption.StopSignals) -> dict[str, Any]:
+    cfg = self.cfg
+    window, last_record, evals = _Window(), None, None
+    total_tokens, total_seconds = 0.0, 0.0
+    pending: Optional[tuple[int, Any]] = None  # dispatched, metrics not read yet
+    for step in range(self.start_step + 1, cfg.num_train_steps + 1):
+      host_batch = next(self.train_iter)
+      data_state = self.train_iter.get_state()
+      window.add_host({
+          "target_tokens": float(np.count_nonzero(host_batch["targets"])),
+          "source_tokens": float(np.count_nonzero(host_batch["inputs"])),
+          "padded_tokens": float(host_batch["targets"].size),
+          "flops": flops_lib.batch_train_flops(cfg, host_batch["inputs"],
+                                               host_batch["targets"])})
+      self.state, metrics = self.devices.train_step(
+          self.state, self.devices.put_batch(host_batch), self.dropout_key)
+      # Read the previous step only now, so the device always has work queued.
+      if pending is not None:
+        self.read_metrics(*pending, window)
+      pending = (step, metrics)
+      bar.update(1)
+
+      last = step == cfg.num_train_steps
+      eval_due = step % cfg.eval_every_steps == 0 or last
+      log_due = step % cfg.log_every_steps == 0 or eval_due
+      save_due = last or self.ckpt.should_save(step)
+      stop_signum = self.stop_requested(stop)
+      if step == self.start_step + 1:
+        # The first step includes compilation: keep it out of the throughput.
+        self.read_metrics(*pending, window)
+        pending = None
+        window.start_timer()
+      if not (log_due or save_due or stop_signum):
+        continue
+      if pending is not None:
+        self.read_metrics(*pending, window)
+        pending = None
+      if window.start is not None and window.timed_steps:
+        total_tokens += window.timed["target_tokens"] * jax.process_count()
+        total_seconds += time.perf_counter() - window.start
+      if log_due:
+        last_record = self.log_record(step, window)  # timed before the eval runs
+        evals = self.evaluate() if eval_due else {}
+        last_record.update(evals)
+        self.writer.write(last_record)
+        bar.set_postfix(loss=f"{last_record['train_loss']:.3f}",
+                        tok_s=f"{last_record.get('tokens_per_s', 0):.0f}")
+      if save_due or stop_signum:
+        self.save(step, data_state, interim=not save_due)
+      if stop_signum:
+        raise self.preempted(step, stop_signum)
+      if log_due:
+        window = _Window()
+      window.start_timer()  # evals and saves stay out of the throughput
+
+    if last_record is None:  # the run had already finished: evaluate for the summary
+      evals = self.evaluate()
     return {
         "final_step": self.start_step if last_record is None else last_record["step"],
         "train_loss": None if last_record is None else last_record["train_loss"],

@@ -45,14 +45,28 @@ def load_config(workdir: str | os.PathLike) -> configs.TransformerConfig:
   path = pathlib.Path(workdir) / CONFIG_FILE
   if not path.is_file():
     raise FileNotFoundError(f"{path} not found: {TRAIN_FIRST}")
-  return configs.from_dict(json.loads(path.read_text()), str(path))
+  try:
+    fields = json.loads(path.read_text())
+  except (ValueError, UnicodeDecodeError) as e:
+    raise ValueError(f"{path} is damaged ({e}); restore it from a copy, or write it again "
+                     "by running the training command with the run's settings") from None
+  return configs.from_dict(fields, str(path))
 
 
-def check_or_write_config(cfg: configs.TransformerConfig, workdir: str | os.PathLike) -> None:
-  """Writes `cfg` as the run's config; ValueError if the run there has an incompatible one."""
+def check_or_write_config(cfg: configs.TransformerConfig, workdir: str | os.PathLike,
+                          write: bool = True) -> None:
+  """Writes `cfg` as the run's config (if `write`); ValueError if the run there has an
+  incompatible one, or if its config.json is damaged."""
   path = pathlib.Path(workdir) / CONFIG_FILE
   if path.exists():
-    old = json.loads(path.read_text())
+    try:
+      old = json.loads(path.read_text())
+      if not isinstance(old, dict):
+        raise ValueError("not a JSON object")
+    except (ValueError, UnicodeDecodeError) as e:
+      raise ValueError(
+          f"{path} is damaged ({e}); restore it, or delete it to resume with the config "
+          "given now (it must be the run's config: the checkpoints hold its shapes)") from None
     new = dataclasses.asdict(cfg)
     changed = sorted(k for k in new if k not in RESUMABLE_FIELDS and old.get(k) != new[k])
     if changed:
@@ -60,4 +74,5 @@ def check_or_write_config(cfg: configs.TransformerConfig, workdir: str | os.Path
       raise ValueError(
           f"{workdir} holds a run with a different config ({diffs}); "
           "use a new --workdir or the same settings")
-  write_json_atomic(path, dataclasses.asdict(cfg))
+  if write:
+    write_json_atomic(path, dataclasses.asdict(cfg))

@@ -149,6 +149,22 @@ def test_keeps_at_least_two(tmp_path):
   assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [3, 4]
 
 
+def test_an_interim_save_goes_at_the_next_save_and_does_not_count(tmp_path):
+  # The steps an uninterrupted run would keep (average_last=3): 30, 40, 50.
+  cfg = _CFG.replace(checkpoint_every_steps=10)
+  _save_steps(tmp_path, [10, 20, 30, 40])
+  with checkpoint.Checkpointer(tmp_path, cfg) as ckpt:
+    assert ckpt.maybe_save(43, _state(43), interim=True)  # preempted after step 43
+    ckpt.wait()
+    assert ckpt.all_steps() == [30, 40, 43]  # kept while it is the newest
+  with checkpoint.Checkpointer(tmp_path, cfg) as ckpt:  # the resumed run knows it is interim
+    assert ckpt.maybe_save(46, _state(46), interim=True)
+    ckpt.wait()
+    assert ckpt.all_steps() == [30, 40, 46]
+    assert ckpt.maybe_save(50, _state(50))
+  assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [30, 40, 50]
+
+
 def _truncate(step_dir):
   """Cuts every array data file in half.
 

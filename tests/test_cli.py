@@ -1,10 +1,11 @@
 """The one command-line parser and the one way a command fails."""
 
 import logging
+import signal
 
 import pytest
 
-from t2t_jax import cli, configs
+from t2t_jax import cli, configs, preemption
 
 
 def _parser():
@@ -72,4 +73,10 @@ def test_command_turns_ordinary_errors_into_one_line_and_keeps_bugs(capsys):
   with pytest.raises(KeyError):  # a bug keeps its traceback
     main([], KeyError("x"))
   assert main.__name__ == "main"
+  capsys.readouterr()
+  # A run stopped by a signal after saving: its line, and the status a shell gives that signal.
+  with pytest.raises(SystemExit) as e:
+    main([], preemption.Preempted("stopped on SIGTERM after step 7; ...", signal.SIGTERM))
+  assert e.value.code == 128 + signal.SIGTERM
+  assert capsys.readouterr().err.splitlines()[-1] == "stopped on SIGTERM after step 7; ..."
 

@@ -33,19 +33,37 @@ _DETERMINISTIC = ("train_loss", "train_nll", "train_accuracy", "train_perplexity
                   "learning_rate", "grad_norm", "eval_loss", "eval_nll", "eval_accuracy",
                   "eval_perplexity")
 
-# Reports which step each process restored, without relying on train.py's log text.
+# Reports which step each process restored, without relying on train.py's log text;
+# runs through cli.command, as the scripts do (one-line errors, exit statuses). With a
+# third argument, a file name: waits after reading step PAUSE_AT's metrics until that file
+# exists.
 _DRIVER = """
-import json, sys
-from t2t_jax import checkpoint, configs, train
+import json, os, sys, time
+from t2t_jax import checkpoint, cli, configs, train
 restore = checkpoint.Checkpointer.restore_latest
 def spy(self, target):
   restored = restore(self, target)
   print("RESTORED", None if restored is None else int(restored[0].step), flush=True)
   return restored
 checkpoint.Checkpointer.restore_latest = spy
-train.train_and_evaluate(configs.get_config("demo", **json.loads(sys.argv[1])), sys.argv[2])
-print("FINISHED", flush=True)
-"""
+if len(sys.argv) > 3:
+  read_metrics = train.Trainer.read_metrics
+  def pause(self, step, *args):
+    read_metrics(self, step, *args)
+    if step == PAUSE_AT:
+      print("PAUSED", flush=True)
+      while not os.path.exists(sys.argv[3]):
+        time.sleep(0.02)
+  train.Trainer.read_metrics = pause
+@cli.command
+def main(argv):
+  train.train_and_evaluate(configs.get_config("demo", **json.loads(sys.argv[1])), sys.argv[2])
+  print("FINISHED", flush=True)
+main(None)
+""".replace("PAUSE_AT", "4")
+# The signal lands while step 4's metrics are read, after the loop's check for that step;
+# the run stops after step 5, off the checkpoint schedule (an interim save).
+STOP_STEP = 5
 
 
 @pytest.fixture(scope="module")
@@ -74,8 +92,8 @@ def compilation_cache(tmp_path_factory):
   return tmp_path_factory.mktemp("jax_cache")
 
 
-def _command(overrides, workdir):
-  return [sys.executable, "-c", _DRIVER, json.dumps(overrides), str(workdir)]
+def _command(overrides, workdir, *extra):
+  return [sys.executable, "-c", _DRIVER, json.dumps(overrides), str(workdir), *extra]
 
 
 def _env(cache_dir):
@@ -107,9 +125,50 @@ def _metrics(workdir):
           for r in map(json.loads, lines)}
 
 
-def test_killed_run_resumes_exactly(tmp_path, overrides, compilation_cache):
-  reference, resumed = tmp_path / "reference", tmp_path / "resumed"
-  assert "RESTORED None" in _run(overrides, reference, compilation_cache)
+@pytest.fixture(scope="module")
+def reference(tmp_path_factory, overrides, compilation_cache):
+  """The uninterrupted run both tests compare with."""
+  workdir = tmp_path_factory.mktemp("reference")
+  assert "RESTORED None" in _run(overrides, workdir, compilation_cache)
+  return workdir
+
+
+def _final(workdir, overrides):
+  cfg = configs.get_config("demo", **overrides)
+  abstract = jax.eval_shape(functools.partial(
+      steps.create_train_state, cfg, optim.make_optimizer(cfg)), jax.random.key(0))
+  with checkpoint.Checkpointer(workdir, cfg) as ckpt:
+    return ckpt.restore_latest(abstract)
+
+
+def _assert_same_run(reference, resumed, overrides, restored_step):
+  """The same final state bit for bit, data position, and every logged metric."""
+  assert _committed_steps(reference)[-1] == _committed_steps(resumed)[-1] == NUM_STEPS
+  leftovers = [p.name for p in (resumed / checkpoint.CHECKPOINT_DIR).iterdir()
+               if not p.name.isdigit()]
+  assert not leftovers, f"temporary directories left behind: {leftovers}"
+  (ref_state, ref_extras), (new_state, new_extras) = (_final(reference, overrides),
+                                                      _final(resumed, overrides))
+  assert int(new_state.step) == NUM_STEPS
+  assert new_extras["data"] == ref_extras["data"]
+  ref_leaves = jax.tree_util.tree_leaves_with_path(ref_state)
+  new_leaves = jax.tree_util.tree_leaves_with_path(new_state)
+  assert len(ref_leaves) == len(new_leaves)
+  for (path, ref), (_, new) in zip(ref_leaves, new_leaves):
+    np.testing.assert_array_equal(new, ref, err_msg=jax.tree_util.keystr(path))
+
+  ref_metrics, new_metrics = _metrics(reference), _metrics(resumed)
+  assert sorted(new_metrics) == list(range(1, NUM_STEPS + 1))
+  assert all("train_loss" in record for record in new_metrics.values())
+  for step in range(restored_step + 1, NUM_STEPS + 1):
+    assert new_metrics[step] == ref_metrics[step], f"step {step}"
+  assert ref_metrics == new_metrics  # the lines kept from before the stop match too
+  # The same checkpoints are left to average: an interim save does not displace one.
+  assert _committed_steps(resumed) == _committed_steps(reference)
+
+
+def test_killed_run_resumes_exactly(tmp_path, overrides, compilation_cache, reference):
+  resumed = tmp_path / "resumed"
 
   log = tmp_path / "killed.log"
   with open(log, "w") as stderr:  # a file, not a pipe that could fill up and stall the run
@@ -134,31 +193,44 @@ def test_killed_run_resumes_exactly(tmp_path, overrides, compilation_cache):
   restored_step = int(out.split("RESTORED ")[1].split()[0])
   assert restored_step == killed_at[-1] and restored_step % EVERY == 0, (restored_step, killed_at)
 
-  # Identical final state (params, Adam moments, step) bit for bit, and data position.
-  assert _committed_steps(reference)[-1] == _committed_steps(resumed)[-1] == NUM_STEPS
-  leftovers = [p.name for p in (resumed / checkpoint.CHECKPOINT_DIR).iterdir()
-               if not p.name.isdigit()]
-  assert not leftovers, f"temporary directories left behind: {leftovers}"
-  cfg = configs.get_config("demo", **overrides)
-  abstract = jax.eval_shape(functools.partial(
-      steps.create_train_state, cfg, optim.make_optimizer(cfg)), jax.random.key(0))
-  finals = []
-  for workdir in (reference, resumed):
-    with checkpoint.Checkpointer(workdir, cfg) as ckpt:
-      finals.append(ckpt.restore_latest(abstract))
-  (ref_state, ref_extras), (new_state, new_extras) = finals
-  assert int(new_state.step) == NUM_STEPS
-  assert new_extras["data"] == ref_extras["data"]
-  ref_leaves = jax.tree_util.tree_leaves_with_path(ref_state)
-  new_leaves = jax.tree_util.tree_leaves_with_path(new_state)
-  assert len(ref_leaves) == len(new_leaves)
-  for (path, ref), (_, new) in zip(ref_leaves, new_leaves):
-    np.testing.assert_array_equal(new, ref, err_msg=jax.tree_util.keystr(path))
+  _assert_same_run(reference, resumed, overrides, restored_step)
 
-  ref_metrics, new_metrics = _metrics(reference), _metrics(resumed)
-  assert sorted(new_metrics) == list(range(1, NUM_STEPS + 1))
-  assert all("train_loss" in record for record in new_metrics.values())
-  for step in range(restored_step + 1, NUM_STEPS + 1):
-    assert new_metrics[step] == ref_metrics[step], f"step {step}"
-  assert ref_metrics == new_metrics  # the lines kept from before the kill match too
 
+def test_sigterm_saves_the_step_in_flight_and_resumes_exactly_and_a_second_run_is_refused(
+    tmp_path, overrides, compilation_cache, reference):
+  resumed, go = tmp_path / "resumed", tmp_path / "go"
+  log = tmp_path / "stopped.log"
+  with open(log, "w") as stderr:
+    process = subprocess.Popen(_command(overrides, resumed, str(go)), env=_env(compilation_cache),
+                               stdout=subprocess.PIPE, stderr=stderr, text=True,
+                               cwd=pathlib.Path(__file__).parents[1])
+    try:
+      for line in process.stdout:
+        if line.startswith("PAUSED"):
+          break
+      assert process.poll() is None, log.read_text()[-2000:]
+      # A second run on the same work directory is refused, naming the first.
+      second = subprocess.run(_command(overrides, resumed), env=_env(compilation_cache),
+                              capture_output=True, text=True, timeout=120,
+                              cwd=pathlib.Path(__file__).parents[1])
+      assert second.returncode == 1
+      message = second.stderr.strip().splitlines()[-1]
+      assert message.startswith(f"error: {resumed.absolute()} is in use by another run: "
+                                f"pid {process.pid} on host "), second.stderr[-2000:]
+      process.send_signal(signal.SIGTERM)
+      go.touch()
+      process.wait(timeout=60)
+    finally:
+      process.kill()
+  err = log.read_text()
+  assert process.returncode == 128 + signal.SIGTERM, err[-2000:]
+  assert "SIGTERM received: finishing the current step" in err
+  assert err.strip().splitlines()[-1] == (
+      f"stopped on SIGTERM after step {STOP_STEP}; saved a checkpoint of step {STOP_STEP} in "
+      f"{resumed.absolute() / checkpoint.CHECKPOINT_DIR}: run the same command again to resume")
+  assert _committed_steps(resumed)[-1] == STOP_STEP
+  assert not (resumed / "run.lock").exists()
+
+  out = _run(overrides, resumed, compilation_cache)
+  assert f"RESTORED {STOP_STEP}" in out
+  _assert_same_run(reference, resumed, overrides, STOP_STEP)

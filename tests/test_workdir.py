@@ -34,3 +34,15 @@ def test_resuming_accepts_run_settings_and_refuses_a_different_model(tmp_path):
                                        r"num_layers: 3 -> 2\); use a new --workdir"):
     workdir.check_or_write_config(longer.replace(d_model=64, num_layers=2), tmp_path)
   assert workdir.load_config(tmp_path) == longer  # the refused config is not written
+
+
+@pytest.mark.parametrize("text", ["", '{"d_model": 6', "\x00\xff garbage", "[1, 2]"])
+def test_a_damaged_config_stops_with_what_to_do(tmp_path, text):
+  cfg = configs.get_config("demo")
+  (tmp_path / workdir.CONFIG_FILE).write_text(text, errors="surrogateescape")
+  with pytest.raises(ValueError, match="config.json is damaged .*; restore it"):
+    workdir.check_or_write_config(cfg, tmp_path)
+  if text != "[1, 2]":
+    with pytest.raises(ValueError, match="config.json is damaged .*; restore it"):
+      workdir.load_config(tmp_path)
+  assert (tmp_path / workdir.CONFIG_FILE).read_text(errors="surrogateescape") == text
