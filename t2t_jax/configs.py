@@ -38,6 +38,10 @@ class TransformerConfig:
   share_embeddings: bool = True    # one matrix for source, target and pre-softmax
   dtype: str = "float32"           # compute dtype: "float32" or "bfloat16"; params stay float32
   attention_window: Optional[int] = None  # restricted self-attention radius r (Table 1); None: full
+  # "fused": jax.nn.dot_product_attention (cuDNN flash attention on NVIDIA GPUs in
+  # bfloat16) where it applies, the reference where it must (attention maps, attention
+  # dropout, windows, d_k != d_v); "reference": always layers.scaled_dot_product_attention.
+  attention_impl: str = "fused"
 
   # --- Data (section 5.1) ---
   dataset: str = "wmt14_translate/de-en"  # tfds name, "demo", or "text" (user files below)
@@ -68,6 +72,7 @@ class TransformerConfig:
   num_eval_batches: Optional[int] = None  # None: the whole dev set
   peak_tflops: Optional[float] = None  # per device, for MFU; None: looked up by device kind
   parallelism: str = "pmap"        # how steps map over devices: "pmap" or "shard_map" (parallel.py)
+  compilation_cache: bool = True   # JAX's persistent compilation cache (t2t_jax/compile_cache.py)
 
   # --- Checkpoints (section 6.1) ---
   checkpoint_every_steps: Optional[int] = None
@@ -130,6 +135,7 @@ FIELD_RULES: dict[str, tuple[Any, str]] = {
     "max_len": _POSITIVE_INT,
     "dtype": _one_of("float32", "bfloat16"),
     "attention_window": _POSITIVE_INT,
+    "attention_impl": _one_of("fused", "reference"),
     "dataset": _NON_EMPTY, "source_lang": _NON_EMPTY, "target_lang": _NON_EMPTY,
     "data_dir": _NON_EMPTY, "train_files": _NON_EMPTY, "dev_files": _NON_EMPTY,
     "test_files": _NON_EMPTY,

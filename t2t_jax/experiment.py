@@ -20,6 +20,7 @@ import jax
 
 from t2t_jax import checkpoint
 from t2t_jax import cli
+from t2t_jax import compile_cache
 from t2t_jax import configs
 from t2t_jax import data
 from t2t_jax import evaluate
@@ -155,6 +156,7 @@ def main(argv: Optional[Sequence[str]], script: str, language_pair: str,
     print(describe(args.config, script, language_pair))
     return {}
   cfg = cli.config(args, preset_defaults(args.config, language_pair))
+  compile_cache.enable(cfg.compilation_cache)  # before anything compiles
   workdir = args.workdir or default_workdir(args.config, language_pair)
   if args.multihost:
     jax.distributed.initialize()  # reads the cluster from the environment (SLURM, TPU, ...)

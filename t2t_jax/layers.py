@@ -9,18 +9,29 @@ Shapes, named the same way everywhere:
 Masks are booleans (True = may attend). `mask_to_bias` turns them into additive
 biases with a large but finite negative value, so a row with nothing to attend to
 gets a uniform distribution instead of NaN.
+
+Two attention functions compute the same thing: `scaled_dot_product_attention`,
+the reference (written out; returns the probabilities; attention dropout), and
+`fused_attention`, which hands a structured `Mask` (segment ids, causal flag) to
+`jax.nn.dot_product_attention` so that cuDNN's flash attention can run on NVIDIA
+GPUs. `MultiHeadAttention` picks the fused one where it applies (docs/model.md).
 """
 
 from __future__ import annotations
 
+import logging
 import math
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Optional, Union
 
 import flax.linen as nn
+import flax.struct
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from t2t_jax.ids import PAD_ID
+
+log = logging.getLogger(__name__)
 
 Array = jax.Array
 
@@ -59,6 +70,51 @@ def local_mask(length: int, window: int) -> Array:
 def mask_to_bias(mask: Array, dtype: Any = jnp.float32) -> Array:
   """0 where `mask` is True, NEG_INF where it is False."""
   return jnp.where(mask, 0.0, NEG_INF).astype(dtype)
+
+
+def segment_ids(ids: Array) -> Array:
+  """[batch, length] int32: 1 on real tokens, 0 on padding (one sentence per row)."""
+  return (ids != PAD_ID).astype(jnp.int32)
+
+
+def segment_positions(segments: Array) -> Array:
+  """[batch, length] int32 position of each token within its segment (0 at each start).
+
+  `segments` [batch, length] numbers the sentences packed into a row (1, 2, ...;
+  0 = padding); positions restart wherever the segment id changes.
+  """
+  length = segments.shape[-1]
+  index = jnp.broadcast_to(jnp.arange(length, dtype=jnp.int32), segments.shape)
+  previous = jnp.pad(segments, ((0, 0), (1, 0)), constant_values=-1)[:, :-1]
+  starts = jnp.where(segments != previous, index, 0)
+  return index - lax.cummax(starts, axis=1)
+
+
+@flax.struct.dataclass
+class Mask:
+  """Which keys each query may attend to, in a form fused kernels understand.
+
+  Query i may attend to key j when both belong to the same segment, the key is
+  not padding (segment 0), and, if `causal`, j <= i; with `window`, also
+  |i - j| <= window. Unpacked rows (`packed` False) hold one sentence each and
+  their padding only trails, so the mask is just the two rows' lengths.
+  """
+  q_segments: Array                  # [batch, q_length] int32, 0 = padding
+  kv_segments: Array                 # [batch, kv_length] int32, 0 = padding
+  causal: bool = flax.struct.field(pytree_node=False, default=False)
+  window: Optional[int] = flax.struct.field(pytree_node=False, default=None)
+  packed: bool = flax.struct.field(pytree_node=False, default=False)
+
+  def dense(self) -> Array:
+    """[batch, 1, q_length, kv_length] bool, as the reference attention wants it."""
+    q, kv = self.q_segments[:, :, None], self.kv_segments[:, None, :]
+    mask = ((q == kv) & (kv != 0))[:, None]
+    if self.causal:
+      mask = mask & causal_mask(max(q.shape[1], kv.shape[2]))[:, :, :q.shape[1], :kv.shape[2]]
+    if self.window is not None:
+      mask = mask & local_mask(max(q.shape[1], kv.shape[2]), self.window)[
+          :, :, :q.shape[1], :kv.shape[2]]
+    return mask
 
 
 # ------------------------------------------------------------------------- positions
@@ -127,6 +183,51 @@ def scaled_dot_product_attention(
   return out, probs
 
 
+def fused_attention(q: Array, k: Array, v: Array, mask: "Mask", dtype: Any = None,
+                    implementation: Optional[str] = None) -> Array:
+  """`scaled_dot_product_attention`'s output through `jax.nn.dot_product_attention`.
+
+  Args:
+    q: [batch, q_length, heads, d] queries.
+    k, v: [batch, kv_length, heads, d] keys and values (one depth for both).
+    mask: unpacked rows become sequence lengths (cuDNN's native padding mask),
+      packed rows a boolean segment mask; `causal` is passed as such.
+    dtype: compute dtype (default: q's); the softmax runs in float32 regardless.
+    implementation: None or "xla" (any backend), "cudnn" (NVIDIA GPUs, bf16/fp16).
+
+  Returns:
+    [batch, q_length, heads, d] in `dtype`. Rows of padded queries may differ from
+    the reference's (they are zero here); every real row agrees.
+  """
+  assert q.ndim == k.ndim == v.ndim == 4, f"rank-4 q, k, v expected: {q.shape} {k.shape} {v.shape}"
+  if k.shape[-1] != v.shape[-1]:
+    raise ValueError(f"fused attention needs d_k == d_v, got {k.shape[-1]} and {v.shape[-1]}; "
+                     "use scaled_dot_product_attention")
+  if mask.window is not None:
+    raise ValueError("fused attention has no restricted (windowed) attention; use "
+                     "scaled_dot_product_attention")
+  dtype = dtype or q.dtype
+  q, k, v = (x.astype(dtype) for x in (q, k, v))
+  if mask.packed:
+    allowed = ((mask.q_segments[:, :, None] == mask.kv_segments[:, None, :])
+               & (mask.kv_segments != 0)[:, None, :])[:, None]      # [batch, 1, q, kv]
+    return jax.nn.dot_product_attention(q, k, v, mask=allowed, is_causal=mask.causal,
+                                        implementation=implementation)
+  lengths = lambda segments: jnp.sum(segments != 0, axis=-1, dtype=jnp.int32)  # [batch]
+  return jax.nn.dot_product_attention(
+      q, k, v, is_causal=mask.causal, query_seq_lengths=lengths(mask.q_segments),
+      key_value_seq_lengths=lengths(mask.kv_segments), implementation=implementation)
+
+
+def fused_implementation(dtype: Any, depth: int) -> Optional[str]:
+  """"cudnn" where cuDNN flash attention supports the case (NVIDIA GPU, 16-bit, depth
+  a multiple of 8 up to 128), else None (XLA's implementation)."""
+  if (jax.default_backend() == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
+      and depth % 8 == 0 and depth <= 128):
+    return "cudnn"
+  return None
+
+
 # --------------------------------------------------------------------------- modules
 
 default_kernel_init = nn.initializers.xavier_uniform()
@@ -138,8 +239,12 @@ class MultiHeadAttention(nn.Module):
   Projections d_model -> heads*d_k (queries, keys), d_model -> heads*d_v
   (values) and heads*d_v -> d_model (W^O). No biases: the paper's equations
   have none here (the FFN's do). `project_kv` is exposed so that incremental
-  decoding can cache keys/values and pass them back through `kv`; every path
-  goes through the same `scaled_dot_product_attention`.
+  decoding can cache keys/values and pass them back through `kv`.
+
+  `implementation` "fused" runs `fused_attention` when it can: the mask is a
+  `Mask`, d_k == d_v, no window, no attention dropout in this call, and the
+  attention maps are not being collected (`intermediates` not mutable). Everything
+  else, and "reference", goes through `scaled_dot_product_attention`.
   """
   num_heads: int
   d_k: int
@@ -148,6 +253,7 @@ class MultiHeadAttention(nn.Module):
   dropout_rate: float = 0.0          # on the attention probabilities
   dtype: Any = jnp.float32
   kernel_init: Callable = default_kernel_init
+  implementation: str = "fused"      # or "reference"
 
   def setup(self):
     dense = lambda features, axis=-1: nn.DenseGeneral(
@@ -162,26 +268,45 @@ class MultiHeadAttention(nn.Module):
     """[batch, kv_length, d_model] -> keys [.., heads, d_k], values [.., heads, d_v]."""
     return self.key(inputs_kv), self.value(inputs_kv)
 
+  def _fused(self, bias: Union[Array, Mask, None], dropout: bool) -> bool:
+    return (self.implementation == "fused" and isinstance(bias, Mask) and bias.window is None
+            and self.d_k == self.d_v and not dropout
+            and not self.is_mutable_collection("intermediates"))
+
   def __call__(self, inputs_q: Array, inputs_kv: Optional[Array] = None,
-               bias: Optional[Array] = None, deterministic: bool = True,
+               bias: Union[Array, Mask, None] = None, deterministic: bool = True,
                kv: Optional[tuple[Array, Array]] = None) -> Array:
     """[batch, q_length, d_model] -> [batch, q_length, d_model].
 
     Keys and values come from `inputs_kv` (default: `inputs_q`, self-attention)
-    unless already projected ones are given in `kv`.
+    unless already projected ones are given in `kv`. `bias` is a `Mask` or an
+    additive bias broadcastable to [batch, heads, q_length, kv_length].
     """
     q = self.query(inputs_q)                                           # [batch, q, heads, d_k]
     if kv is None:
       kv = self.project_kv(inputs_q if inputs_kv is None else inputs_kv)
     k, v = kv
-    dropout_rng = None
-    if not deterministic and self.dropout_rate > 0.0:
-      dropout_rng = self.make_rng("dropout")
+    dropout = not deterministic and self.dropout_rate > 0.0
+    if self._fused(bias, dropout):
+      out = self._fused_attention(q, k, v, bias)                      # [batch, q, heads, d_v]
+      return self.out(out)
+    if isinstance(bias, Mask):
+      bias = mask_to_bias(bias.dense())
+    dropout_rng = self.make_rng("dropout") if dropout else None
     out, probs = scaled_dot_product_attention(
         q, k, v, bias, dropout_rng=dropout_rng, dropout_rate=self.dropout_rate,
         deterministic=deterministic, dtype=self.dtype)                 # [batch, q, heads, d_v]
     self.sow("intermediates", "attention_weights", probs)
     return self.out(out)
+
+  def _fused_attention(self, q: Array, k: Array, v: Array, mask: Mask) -> Array:
+    implementation = fused_implementation(self.dtype, self.d_k)
+    if implementation is not None:
+      try:
+        return fused_attention(q, k, v, mask, self.dtype, implementation)
+      except (NotImplementedError, RuntimeError, ValueError) as e:  # checked while tracing
+        log.warning("cuDNN attention unavailable (%s); using XLA's", e)
+    return fused_attention(q, k, v, mask, self.dtype)
 
 
 class FeedForward(nn.Module):

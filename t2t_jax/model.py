@@ -33,9 +33,17 @@ Array = jax.Array
 Cache = dict[str, Any]
 
 
-def shift_right(targets: Array) -> Array:
-  """[batch, length] -> [batch, length]: [t0, t1, ...] becomes [0, t0, t1, ...]."""
-  return jnp.pad(targets, ((0, 0), (1, 0)))[:, :-1]
+def shift_right(targets: Array, segments: Optional[Array] = None) -> Array:
+  """[batch, length] -> [batch, length]: [t0, t1, ...] becomes [0, t0, t1, ...].
+
+  With `segments` (packed rows), every sentence's first position gets 0 too,
+  not the previous sentence's last token.
+  """
+  shifted = jnp.pad(targets, ((0, 0), (1, 0)))[:, :-1]
+  if segments is None:
+    return shifted
+  same = segments == jnp.pad(segments, ((0, 0), (1, 0)))[:, :-1]
+  return jnp.where(same, shifted, 0)
 
 
 def _dtype(cfg: TransformerConfig) -> Any:
@@ -50,10 +58,18 @@ def _layer_norm() -> nn.LayerNorm:
   return nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=jnp.float32, param_dtype=jnp.float32)
 
 
+def _segments_and_positions(ids: Array, segments: Optional[Array]) -> tuple[Array, Array]:
+  """Segment ids [batch, length] and positions ([length] unpacked, [batch, length] packed)."""
+  if segments is None:
+    return layers.segment_ids(ids), jnp.arange(ids.shape[1])
+  return segments, layers.segment_positions(segments)
+
+
 def _attention(cfg: TransformerConfig) -> layers.MultiHeadAttention:
   return layers.MultiHeadAttention(
       num_heads=cfg.num_heads, d_k=cfg.key_depth, d_v=cfg.value_depth, d_model=cfg.d_model,
-      dropout_rate=cfg.attention_dropout_rate, dtype=_dtype(cfg))
+      dropout_rate=cfg.attention_dropout_rate, dtype=_dtype(cfg),
+      implementation=cfg.attention_impl)
 
 
 def _add_norm(x: Array, y: Array, norm: nn.LayerNorm, dropout: nn.Dropout,
@@ -74,8 +90,8 @@ class EncoderLayer(nn.Module):
     self.norm_ffn = _layer_norm()
     self.dropout = nn.Dropout(cfg.dropout_rate)
 
-  def __call__(self, x: Array, bias: Array, deterministic: bool) -> Array:
-    """[batch, src_len, d_model] -> same; `bias` broadcasts to [batch, heads, src, src]."""
+  def __call__(self, x: Array, bias: layers.Mask, deterministic: bool) -> Array:
+    """[batch, src_len, d_model] -> same; `bias`: the source self-attention mask."""
     x = _add_norm(x, self.self_attention(x, bias=bias, deterministic=deterministic),
                   self.norm_attention, self.dropout, deterministic)
     return _add_norm(x, self.ffn(x), self.norm_ffn, self.dropout, deterministic)
@@ -108,8 +124,8 @@ class DecoderLayer(nn.Module):
     y = _add_norm(y, cross, self.norm_cross, self.dropout, deterministic)
     return _add_norm(y, self.ffn(y), self.norm_ffn, self.dropout, deterministic)
 
-  def __call__(self, y: Array, encoded: Array, self_bias: Array, cross_bias: Array,
-               deterministic: bool) -> Array:
+  def __call__(self, y: Array, encoded: Array, self_bias: layers.Mask,
+               cross_bias: layers.Mask, deterministic: bool) -> Array:
     """y [batch, tgt_len, d_model], encoded [batch, src_len, d_model] -> [batch, tgt_len, d_model]."""
     return self._block(y, self.self_attention.project_kv(y), self.cross_kv(encoded),
                        self_bias, cross_bias, deterministic)
@@ -145,7 +161,7 @@ class Encoder(nn.Module):
   def setup(self):
     self.layers = [EncoderLayer(self.config) for _ in range(self.config.num_layers)]
 
-  def __call__(self, x: Array, bias: Array, deterministic: bool) -> Array:
+  def __call__(self, x: Array, bias: layers.Mask, deterministic: bool) -> Array:
     for layer in self.layers:
       x = layer(x, bias, deterministic)
     return x
@@ -158,8 +174,8 @@ class Decoder(nn.Module):
   def setup(self):
     self.layers = [DecoderLayer(self.config) for _ in range(self.config.num_layers)]
 
-  def __call__(self, y: Array, encoded: Array, self_bias: Array, cross_bias: Array,
-               deterministic: bool) -> Array:
+  def __call__(self, y: Array, encoded: Array, self_bias: layers.Mask,
+               cross_bias: layers.Mask, deterministic: bool) -> Array:
     for layer in self.layers:
       y = layer(y, encoded, self_bias, cross_bias, deterministic)
     return y
@@ -219,57 +235,99 @@ class Transformer(nn.Module):
           "positional table; raise --config.max_len or truncate the inputs")
 
   def _embed(self, ids: Array, positions: Array, role: str, deterministic: bool) -> Array:
-    """ids [batch, length] at integer `positions` [length] -> [batch, length, d_model]."""
+    """ids [batch, length] at integer `positions` ([length] or [batch, length]) -> [batch, length, d_model]."""
     cfg = self.config
     x = self._embedding(role)(ids) * math.sqrt(cfg.d_model)            # stays in compute dtype
     if cfg.positional_encoding == "learned":
       table = self.source_positions if role == "source" else self.target_positions
       pe = jnp.take(table, positions, axis=0)
     else:
-      pe = layers.sinusoidal_encoding(positions, cfg.d_model)          # [length, d_model]
-    x = (x + pe[None].astype(x.dtype)).astype(_dtype(cfg))
+      pe = layers.sinusoidal_encoding(positions, cfg.d_model)          # [(batch,) length, d_model]
+    if pe.ndim == 2:
+      pe = pe[None]
+    x = (x + pe.astype(x.dtype)).astype(_dtype(cfg))
     return self.dropout(x, deterministic=deterministic)
 
-  def _self_mask(self, length: int) -> Optional[Array]:
-    """[1, 1, length, length] restricted-attention mask, or None for full attention."""
-    window = self.config.attention_window
-    return None if window is None else layers.local_mask(length, window)
+  def _output_kernel(self) -> Array:
+    """[vocab, d_model] float32: the pre-softmax weights (the shared embedding by default)."""
+    return self._embedding("output").embedding
 
   def _logits(self, y: Array) -> Array:
-    """[batch, length, d_model] -> [batch, length, vocab] float32 (pre-softmax, section 3.4)."""
-    return self._embedding("output").attend(y).astype(jnp.float32)
+    """[batch, length, d_model] -> [batch, length, vocab] float32 (pre-softmax, section 3.4).
+
+    Operands in the compute dtype, accumulated and returned in float32.
+    """
+    kernel = self._output_kernel().astype(y.dtype)
+    return jnp.einsum("bld,vd->blv", y, kernel, preferred_element_type=jnp.float32)
 
   # ------------------------------------------------------------------ forward pass
 
-  def encode(self, inputs: Array, train: bool = False) -> Array:
-    """inputs [batch, src_len] -> encoded [batch, src_len, d_model] (compute dtype)."""
+  def encode(self, inputs: Array, train: bool = False,
+             inputs_segments: Optional[Array] = None) -> Array:
+    """inputs [batch, src_len] -> encoded [batch, src_len, d_model] (compute dtype).
+
+    `inputs_segments` [batch, src_len] (packed rows: 1, 2, ... per sentence, 0 on
+    padding) keeps attention within each sentence and restarts its positions.
+    """
     length = inputs.shape[1]
     self._check_length(length, "source")
-    mask = layers.padding_mask(inputs, inputs)                         # [batch, 1, src, src]
-    if (local := self._self_mask(length)) is not None:
-      mask = mask & local
-    x = self._embed(inputs, jnp.arange(length), "source", deterministic=not train)
-    return self.encoder(x, layers.mask_to_bias(mask), deterministic=not train)
+    segments, positions = _segments_and_positions(inputs, inputs_segments)
+    mask = layers.Mask(segments, segments, window=self.config.attention_window,
+                       packed=inputs_segments is not None)
+    x = self._embed(inputs, positions, "source", deterministic=not train)
+    return self.encoder(x, mask, deterministic=not train)
 
-  def decode(self, encoded: Array, inputs: Array, targets: Array, train: bool = False) -> Array:
+  def decode(self, encoded: Array, inputs: Array, targets: Array, train: bool = False,
+             inputs_segments: Optional[Array] = None,
+             targets_segments: Optional[Array] = None) -> Array:
     """Teacher-forced decoder: logits [batch, tgt_len, vocab] float32 for every position."""
+    return self._logits(self.decode_hidden(encoded, inputs, targets, train, inputs_segments,
+                                           targets_segments))
+
+  def decode_hidden(self, encoded: Array, inputs: Array, targets: Array, train: bool = False,
+                    inputs_segments: Optional[Array] = None,
+                    targets_segments: Optional[Array] = None) -> Array:
+    """The decoder's last layer [batch, tgt_len, d_model], before the output projection."""
     length = targets.shape[1]
     self._check_length(length, "target")
+    if (inputs_segments is None) != (targets_segments is None):
+      raise ValueError("pass both inputs_segments and targets_segments, or neither")
+    packed = targets_segments is not None
+    src_segments, _ = _segments_and_positions(inputs, inputs_segments)
+    tgt_segments, positions = _segments_and_positions(targets, targets_segments)
     # Key j is masked where targets[j] is padding; for real positions that never
     # hides anything the causal mask allows (padding only trails), so this equals
     # `decode_step`, which only has the causal mask.
-    self_mask = layers.padding_mask(targets, targets) & layers.causal_mask(length)
-    if (local := self._self_mask(length)) is not None:
-      self_mask = self_mask & local
-    cross_mask = layers.padding_mask(targets, inputs)                  # [batch, 1, tgt, src]
-    y = self._embed(shift_right(targets), jnp.arange(length), "target", deterministic=not train)
-    y = self.decoder(y, encoded, layers.mask_to_bias(self_mask), layers.mask_to_bias(cross_mask),
-                     deterministic=not train)
-    return self._logits(y)
+    self_mask = layers.Mask(tgt_segments, tgt_segments, causal=True,
+                            window=self.config.attention_window, packed=packed)
+    cross_mask = layers.Mask(tgt_segments, src_segments, packed=packed)
+    y = self._embed(shift_right(targets, targets_segments), positions, "target",
+                    deterministic=not train)
+    return self.decoder(y, encoded, self_mask, cross_mask, deterministic=not train)
 
-  def __call__(self, inputs: Array, targets: Array, train: bool = False) -> Array:
-    """inputs [batch, src_len], targets [batch, tgt_len] -> logits [batch, tgt_len, vocab] float32."""
-    return self.decode(self.encode(inputs, train), inputs, targets, train)
+  def __call__(self, inputs: Array, targets: Array, train: bool = False,
+               inputs_segments: Optional[Array] = None,
+               targets_segments: Optional[Array] = None) -> Array:
+    """inputs [batch, src_len], targets [batch, tgt_len] -> logits [batch, tgt_len, vocab] float32.
+
+    Packed rows (several sentence pairs per row) pass both segment arrays: the
+    k-th source sentence of a row is translated by its k-th target sentence.
+    """
+    encoded = self.encode(inputs, train, inputs_segments)
+    return self.decode(encoded, inputs, targets, train, inputs_segments, targets_segments)
+
+  def features(self, inputs: Array, targets: Array, train: bool = False,
+               inputs_segments: Optional[Array] = None,
+               targets_segments: Optional[Array] = None) -> tuple[Array, Array]:
+    """`__call__` stopped before the output projection, for `loss.output_metrics`.
+
+    Returns the decoder's last layer [batch, tgt_len, d_model] (compute dtype) and
+    the pre-softmax weights [vocab, d_model] float32; logits = features @ weights.T.
+    """
+    encoded = self.encode(inputs, train, inputs_segments)
+    hidden = self.decode_hidden(encoded, inputs, targets, train, inputs_segments,
+                                targets_segments)
+    return hidden, self._output_kernel()
 
   # ---------------------------------------------------------- incremental decoding
 

@@ -46,6 +46,20 @@ def _sum_trees(a, b):
   return jax.tree.map(jnp.add, a, b)
 
 
+# Optional batch fields of packed rows (several sentence pairs per row; data.py).
+SEGMENT_KEYS = ("inputs_segments", "targets_segments")
+
+
+def batch_metrics(model: model_lib.Transformer, params: Any, batch: dict[str, jnp.ndarray],
+                  label_smoothing: float, **apply_kwargs) -> dict[str, jnp.ndarray]:
+  """Metric sums (loss.METRIC_SUMS) of one [batch, length] batch, packed or not."""
+  segments = {k: batch[k] for k in SEGMENT_KEYS if k in batch}
+  features, kernel = model.apply({"params": params}, batch["inputs"], batch["targets"],
+                                 method=model_lib.Transformer.features, **segments,
+                                 **apply_kwargs)  # [batch, length, d_model], [vocab, d_model]
+  return loss_lib.output_metrics(features, kernel, batch["targets"], label_smoothing)
+
+
 def train_step(state: TrainState, batch: dict[str, jnp.ndarray], root_key: jax.Array, *,
                cfg: TransformerConfig, optimizer: optax.GradientTransformation,
                axis_name: str = "batch") -> tuple[TrainState, dict[str, jnp.ndarray]]:
@@ -53,7 +67,8 @@ def train_step(state: TrainState, batch: dict[str, jnp.ndarray], root_key: jax.A
 
   Args:
     state: the (replicated) training state.
-    batch: `inputs` and `targets`, int32 [accum_steps, micro_batch, length] each.
+    batch: `inputs` and `targets`, int32 [accum_steps, micro_batch, length] each;
+      packed rows add `inputs_segments` and `targets_segments` of the same shape.
     root_key: the dropout root key, identical on every device.
 
   Returns:
@@ -70,10 +85,9 @@ def train_step(state: TrainState, batch: dict[str, jnp.ndarray], root_key: jax.A
   device_key = jax.random.fold_in(jax.random.fold_in(root_key, state.step),
                                   lax.axis_index(axis_name))
 
-  def loss_fn(params, micro_inputs, micro_targets, key):
-    logits = model.apply({"params": params}, micro_inputs, micro_targets, train=True,
-                         rngs={"dropout": key})  # [micro_batch, length, vocab]
-    sums = loss_lib.compute_metrics(logits, micro_targets, cfg.label_smoothing)
+  def loss_fn(params, micro_batch, key):
+    sums = batch_metrics(model, params, micro_batch, cfg.label_smoothing, train=True,
+                         rngs={"dropout": key})
     return sums["loss"], sums
 
   grad_fn = jax.grad(loss_fn, has_aux=True)
@@ -84,8 +98,8 @@ def train_step(state: TrainState, batch: dict[str, jnp.ndarray], root_key: jax.A
 
   def micro_step(carry, micro):
     grads, sums = carry
-    index, micro_inputs, micro_targets = micro
-    micro_grads, micro_sums = grad_fn(local_params, micro_inputs, micro_targets,
+    index, micro_batch = micro
+    micro_grads, micro_sums = grad_fn(local_params, micro_batch,
                                       jax.random.fold_in(device_key, index))
     return (_sum_trees(grads, micro_grads), _sum_trees(sums, micro_sums)), None
 
@@ -95,7 +109,7 @@ def train_step(state: TrainState, batch: dict[str, jnp.ndarray], root_key: jax.A
   # scan carry to say so from the start.
   init = lax.pcast((zero_grads, zero_sums), axis_name, to="varying")
   accum_steps = inputs.shape[0]
-  (grads, sums), _ = lax.scan(micro_step, init, (jnp.arange(accum_steps), inputs, targets))
+  (grads, sums), _ = lax.scan(micro_step, init, (jnp.arange(accum_steps), batch))
 
   grads, sums = lax.psum((grads, sums), axis_name)
   # Guards the division only: data.py never yields a global batch without real tokens.
@@ -123,22 +137,18 @@ def eval_step(params: Any, batch: dict[str, jnp.ndarray], *, cfg: TransformerCon
   `batch` holds `inputs`/`targets` of [batch, length] or [chunks, batch, length]
   per device; chunks are evaluated one after the other to bound memory.
   """
-  inputs, targets = batch["inputs"], batch["targets"]
-  if inputs.ndim == 2:
-    inputs, targets = inputs[None], targets[None]
-  if inputs.ndim != 3:
+  if batch["inputs"].ndim == 2:
+    batch = jax.tree.map(lambda x: x[None], batch)
+  if batch["inputs"].ndim != 3:
     raise ValueError(f"eval_step wants [batch, length] or [chunks, batch, length] per device, "
-                     f"got inputs {inputs.shape}")
+                     f"got inputs {batch['inputs'].shape}")
   model = model_lib.Transformer(cfg)
 
   def chunk_sums(total, chunk):
-    chunk_inputs, chunk_targets = chunk
-    logits = model.apply({"params": params}, chunk_inputs, chunk_targets, train=False)
-    return _sum_trees(total, loss_lib.compute_metrics(logits, chunk_targets,
-                                                      cfg.label_smoothing)), None
+    return _sum_trees(total, batch_metrics(model, params, chunk, cfg.label_smoothing)), None
 
   zero_sums = {name: jnp.zeros((), jnp.float32) for name in loss_lib.METRIC_SUMS}
   # Varying per device until the psum, as in train_step (shard_map checks the carry).
   zero_sums = lax.pcast(zero_sums, axis_name, to="varying")
-  sums, _ = lax.scan(chunk_sums, zero_sums, (inputs, targets))
+  sums, _ = lax.scan(chunk_sums, zero_sums, batch)
   return lax.psum(sums, axis_name)

@@ -43,6 +43,7 @@ from typing import BinaryIO, Iterator, Optional, Sequence
 import tqdm
 
 from t2t_jax import cli
+from t2t_jax import compile_cache
 from t2t_jax import inference
 from t2t_jax import streaming
 from t2t_jax import textio
@@ -115,6 +116,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
       ("beam_size", args.beam_size), ("alpha", args.alpha),
       ("max_decode_extra", args.max_decode_extra), ("decode_batch_size", args.batch_size))
                if value is not None}
+  compile_cache.enable()  # before anything compiles; T2T_JAX_COMPILATION_CACHE=off disables
   translator = inference.Translator(args.workdir, average=args.average, ensemble=args.ensemble,
                                     **overrides)
   alignments = (streaming.Alignments(args.alignment_layer, args.alignment_head)

@@ -10,6 +10,13 @@ os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+# The persistent compilation cache (~/.cache/t2t_jax/jax), as the commands use it:
+# a second run of the suite reads most executables from disk.
+# T2T_JAX_COMPILATION_CACHE=off runs it without.
+from t2t_jax import compile_cache  # noqa: E402  (after the environment above)
+
+compile_cache.enable()
+
 
 @pytest.fixture(scope="session")
 def trained_workdir(tmp_path_factory):

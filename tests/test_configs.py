@@ -99,6 +99,7 @@ _OUT_OF_RANGE = {
     "vocab_size": 3, "num_layers": 0, "d_model": -8, "d_ff": 0, "num_heads": 0, "d_k": 0,
     "d_v": -1, "dropout_rate": 1.0, "attention_dropout_rate": -0.5,
     "positional_encoding": "rotary", "max_len": 0, "dtype": "float16", "attention_window": 0,
+    "attention_impl": "flash",
     "dataset": "", "source_lang": "", "target_lang": "", "data_dir": "", "train_files": "",
     "dev_files": "", "test_files": "", "vocab_type": "sentencepiece",
     "vocab_sample_sentences": 0, "max_source_length": 0, "max_target_length": -3,
@@ -118,9 +119,9 @@ def _wrong_type(name):
   return {int: 2.5, float: "fast", str: 7, bool: 1}[kind]
 
 
-def test_every_field_but_the_flag_has_a_range_and_a_test():
+def test_every_field_but_the_flags_has_a_range_and_a_test():
   assert set(configs.FIELD_RULES) == set(_OUT_OF_RANGE)
-  assert set(_FIELDS) - set(configs.FIELD_RULES) == {"share_embeddings"}
+  assert set(_FIELDS) - set(configs.FIELD_RULES) == {"share_embeddings", "compilation_cache"}
 
 
 @pytest.mark.parametrize("name", sorted(_FIELDS))

@@ -170,3 +170,83 @@ def test_feed_forward_against_numpy():
   ref = np.maximum(0, np.asarray(x) @ p["wi"]["kernel"] + p["wi"]["bias"]) @ p["wo"]["kernel"] \
       + p["wo"]["bias"]
   np.testing.assert_allclose(jax.jit(ffn.apply)({"params": params}, x), ref, atol=1e-5)
+
+
+def test_segment_positions_and_mask_match_brute_force():
+  segments = np.array([[1, 1, 1, 2, 2, 3, 0, 0], [1, 1, 1, 1, 1, 1, 1, 1]], np.int32)
+  positions = np.asarray(layers.segment_positions(jnp.asarray(segments)))
+  np.testing.assert_array_equal(positions[0, :6], [0, 1, 2, 0, 1, 0])
+  np.testing.assert_array_equal(positions[1], np.arange(8))
+  kv_segments = np.array([[1, 1, 2, 2, 2, 3, 3, 0], [1, 1, 1, 0, 0, 0, 0, 0]], np.int32)
+  for causal in (False, True):
+    mask = np.asarray(layers.Mask(jnp.asarray(segments), jnp.asarray(kv_segments),
+                                  causal=causal, packed=True).dense())
+    assert mask.shape == (2, 1, 8, 8)
+    for b, i, j in np.ndindex(2, 8, 8):
+      want = segments[b, i] == kv_segments[b, j] != 0 and (not causal or j <= i)
+      assert mask[b, 0, i, j] == want, (b, i, j, causal)
+  # One sentence per row: the dense mask is the padding mask.
+  ids = _ids(np.random.default_rng(0), 2, 5, [5, 3])
+  seg = layers.segment_ids(ids)
+  np.testing.assert_array_equal(layers.Mask(seg, seg).dense(), layers.padding_mask(ids, ids))
+
+
+def _qkv(rng, batch, q_len, kv_len, heads=2, depth=8):
+  make = lambda n: jnp.asarray(rng.normal(size=(batch, n, heads, depth)), jnp.float32)
+  return make(q_len), make(kv_len), make(kv_len)
+
+
+@pytest.mark.parametrize("packed,causal", [(False, False), (False, True), (True, False),
+                                           (True, True)])
+def test_fused_attention_equals_the_reference_on_real_rows(packed, causal):
+  rng = np.random.default_rng(7)
+  length = 8
+  q, k, v = _qkv(rng, 3, length, length)
+  if packed:
+    segments = jnp.array([[1, 1, 1, 2, 2, 2, 2, 0], [1, 2, 3, 4, 0, 0, 0, 0],
+                          [1, 1, 1, 1, 1, 1, 1, 1]], jnp.int32)
+  else:
+    segments = layers.segment_ids(_ids(rng, 3, length, [8, 5, 1]))
+  mask = layers.Mask(segments, segments, causal=causal, packed=packed)
+  want, _ = _attention(q, k, v, layers.mask_to_bias(mask.dense()))
+  got = jax.jit(layers.fused_attention)(q, k, v, mask)
+  real = np.asarray(segments) != 0                                    # [batch, q]
+  np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], atol=1e-5)
+
+
+def test_fused_cross_attention_with_different_lengths():
+  rng = np.random.default_rng(8)
+  q, k, v = _qkv(rng, 2, 5, 7)
+  q_seg = layers.segment_ids(_ids(rng, 2, 5, [5, 2]))
+  kv_seg = layers.segment_ids(_ids(rng, 2, 7, [3, 7]))
+  mask = layers.Mask(q_seg, kv_seg)
+  want, _ = _attention(q, k, v, layers.mask_to_bias(mask.dense()))
+  got = jax.jit(layers.fused_attention)(q, k, v, mask)
+  real = np.asarray(q_seg) != 0
+  np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], atol=1e-5)
+  with pytest.raises(ValueError, match="d_k == d_v"):
+    layers.fused_attention(q, k, v[..., :4], mask)
+  with pytest.raises(ValueError, match="window"):
+    layers.fused_attention(q, k, v, layers.Mask(q_seg, kv_seg, window=1))
+
+
+def test_module_uses_the_fused_path_only_where_it_applies():
+  rng = np.random.default_rng(9)
+  x = jnp.asarray(rng.normal(size=(2, 6, 8)), jnp.float32)
+  seg = layers.segment_ids(_ids(rng, 2, 6, [6, 4]))
+  mask = layers.Mask(seg, seg, causal=True)
+  make = lambda impl, **kw: layers.MultiHeadAttention(num_heads=2, d_k=4, d_v=4, d_model=8,
+                                                      implementation=impl, **kw)
+  params = jax.jit(make("reference").init)(jax.random.key(0), x, bias=mask)["params"]
+  apply = lambda impl, **kw: jax.jit(lambda p: make(impl, **kw).apply(
+      {"params": p}, x, bias=mask, mutable=["intermediates"]))(params)
+  (ref, ref_state), (fused, fused_state) = apply("reference"), apply("fused")
+  real = np.asarray(seg) != 0
+  np.testing.assert_allclose(np.asarray(fused)[real], np.asarray(ref)[real], atol=1e-5)
+  # Collecting attention maps needs the probabilities: the reference path runs and sows them.
+  assert "attention_weights" in fused_state["intermediates"]
+  np.testing.assert_allclose(fused, ref, atol=1e-6)
+  # Without the intermediates collection the fused path runs: nothing sown, padded rows differ.
+  plain = jax.jit(lambda p: make("fused").apply({"params": p}, x, bias=mask))(params)
+  np.testing.assert_allclose(np.asarray(plain)[real], np.asarray(ref)[real], atol=1e-5)
+  assert not np.allclose(np.asarray(plain)[~real], np.asarray(ref)[~real])

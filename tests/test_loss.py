@@ -1,5 +1,6 @@
 """Label-smoothed cross-entropy against a NumPy reference that builds q explicitly."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
@@ -90,3 +91,53 @@ def test_summarize_normalises_by_tokens():
 def test_shape_mismatch_is_a_clear_error():
   with pytest.raises(ValueError, match="do not match"):
     loss.smoothed_cross_entropy(jnp.zeros((2, 3, 5)), jnp.zeros((2, 4), jnp.int32), 0.1)
+
+
+def _features(seed, dtype=jnp.float32, tokens=(3, 7), d=5, vocab=11):
+  rng = np.random.default_rng(seed)
+  features = jnp.asarray(rng.normal(size=(*tokens, d)), dtype)
+  kernel = jnp.asarray(rng.normal(size=(vocab, d)), jnp.float32)
+  _, targets = _batch(seed, *tokens, vocab)
+  return features, kernel, jnp.asarray(targets)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_output_metrics_equal_the_reference_and_its_gradient(eps):
+  features, kernel, targets = _features(4)
+
+  def reference(f, k):
+    logits = jnp.einsum("bld,vd->blv", f, k)
+    return loss.compute_metrics(logits, targets, eps)
+
+  def fused(f, k):
+    return loss.output_metrics(f, k, targets, eps)
+
+  want, got = reference(features, kernel), fused(features, kernel)
+  for name in loss.METRIC_SUMS:
+    np.testing.assert_allclose(got[name], want[name], rtol=1e-5, err_msg=name)
+  # Both differentiable sums at once, with different weights, so a swapped term shows.
+  combine = lambda f: lambda *a: f(*a)["loss"] + 0.3 * f(*a)["nll"]
+  want_grads = jax.grad(combine(reference), argnums=(0, 1))(features, kernel)
+  got_grads = jax.jit(jax.grad(combine(fused), argnums=(0, 1)))(features, kernel)
+  for w, g in zip(want_grads, got_grads):
+    assert g.dtype == w.dtype and g.shape == w.shape
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_output_metrics_in_bfloat16_keep_float32_sums_and_kernel_gradient():
+  features, kernel, targets = _features(5, jnp.bfloat16)
+  sums = loss.output_metrics(features, kernel, targets, 0.1)
+  assert all(v.dtype == jnp.float32 for v in sums.values())
+  want = loss.compute_metrics(
+      jnp.einsum("bld,vd->blv", features.astype(jnp.float32),
+                 kernel.astype(jnp.bfloat16).astype(jnp.float32)), targets, 0.1)
+  np.testing.assert_allclose(sums["loss"], want["loss"], rtol=1e-5)
+  d_features, d_kernel = jax.grad(lambda f, k: loss.output_metrics(f, k, targets, 0.1)["loss"],
+                                  argnums=(0, 1))(features, kernel)
+  assert d_features.dtype == jnp.bfloat16 and d_kernel.dtype == jnp.float32
+
+
+def test_output_metrics_shape_mismatch_is_a_clear_error():
+  features, kernel, targets = _features(6)
+  with pytest.raises(ValueError, match="do not match"):
+    loss.output_metrics(features, kernel, targets[:, :3], 0.1)

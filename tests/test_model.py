@@ -209,3 +209,83 @@ def test_learned_positions_reject_sequences_longer_than_max_len():
     model.Transformer(CFG_VARIANT).apply({"params": _params(CFG_VARIANT)}, too_long, too_long)
   with pytest.raises(ValueError, match="max_len"):
     model.init_cache(CFG_VARIANT, _params(CFG_VARIANT), INPUTS, CFG_VARIANT.max_len + 1)
+
+
+# d_k == d_v and no attention dropout: the fused attention path applies.
+CFG_FUSED = CFG.replace(d_v=8, attention_dropout_rate=0.0)
+
+
+def _plain_forward(cfg):
+  """jit(apply) without the intermediates collection, so the fused path may run."""
+  return jax.jit(lambda p, i, t, *segments: model.Transformer(cfg).apply(
+      {"params": p}, i, t, False, *segments))
+
+
+def test_fused_attention_gives_the_reference_logits_and_gradients():
+  params = _params(CFG_FUSED)
+  reference_cfg = CFG_FUSED.replace(attention_impl="reference")
+  real = np.asarray(TARGETS != 0)
+  fused = np.asarray(_plain_forward(CFG_FUSED)(params, INPUTS, TARGETS))
+  want = np.asarray(_plain_forward(reference_cfg)(params, INPUTS, TARGETS))
+  np.testing.assert_allclose(fused[real], want[real], atol=1e-5, rtol=1e-5)
+
+  def loss(cfg):
+    def f(p):
+      logits = model.Transformer(cfg).apply({"params": p}, INPUTS, TARGETS)
+      logp = jax.nn.log_softmax(logits)
+      return -jnp.sum(jnp.take_along_axis(logp, TARGETS[..., None], -1)[..., 0] * real)
+    return jax.jit(jax.grad(f))(params)
+
+  for g, w in zip(jax.tree.leaves(loss(CFG_FUSED)), jax.tree.leaves(loss(reference_cfg))):
+    np.testing.assert_allclose(g, w, atol=1e-5, rtol=1e-4)
+
+
+def _pack(pairs, rows, length):
+  """Pairs (source ids, target ids) -> rows of `rows` lists of pair indices, as arrays."""
+  out = {k: np.zeros((len(rows), length), np.int32)
+         for k in ("inputs", "targets", "inputs_segments", "targets_segments")}
+  for r, members in enumerate(rows):
+    ends = {"inputs": 0, "targets": 0}
+    for s, i in enumerate(members, 1):
+      for side, ids in zip(("inputs", "targets"), pairs[i]):
+        start = ends[side]
+        out[side][r, start:start + len(ids)] = ids
+        out[f"{side}_segments"][r, start:start + len(ids)] = s
+        ends[side] = start + len(ids)
+  return {k: jnp.asarray(v) for k, v in out.items()}
+
+
+@pytest.mark.parametrize("cfg", [CFG_FUSED, CFG_VARIANT], ids=["fused", "reference_variant"])
+def test_packed_rows_give_each_sentence_its_unpacked_logits(cfg):
+  rng = np.random.default_rng(3)
+  lengths = [(4, 3), (2, 5), (5, 4), (3, 2), (1, 1)]
+  pairs = [(list(rng.integers(3, 23, s - 1)) + [1], list(rng.integers(3, 23, t - 1)) + [1])
+           for s, t in lengths]
+  alone = _pack(pairs, [[i] for i in range(len(pairs))], 8)
+  packed = _pack(pairs, [[0, 1], [2, 3, 4]], 14)
+  params = _params(cfg)
+  # The fused config runs without intermediates (fused attention); the variant
+  # with them (the reference path, with its window and learned positions).
+  if cfg is CFG_FUSED:
+    fwd = lambda b, *seg: _plain_forward(cfg)(params, b["inputs"], b["targets"], *seg)
+  else:
+    fwd = lambda b, *seg: jax.jit(lambda p, i, t, *s: model.Transformer(cfg).apply(
+        {"params": p}, i, t, False, *s, mutable=["intermediates"])[0])(
+            params, b["inputs"], b["targets"], *seg)
+  want = np.asarray(fwd(alone))
+  got = np.asarray(fwd(packed, packed["inputs_segments"], packed["targets_segments"]))
+  rows = {0: (0, 0), 1: (0, 3), 2: (1, 0), 3: (1, 4), 4: (1, 6)}     # pair -> (row, offset)
+  for i, (row, start) in rows.items():
+    t = lengths[i][1]
+    np.testing.assert_allclose(got[row, start:start + t], want[i, :t], atol=1e-5, rtol=1e-5,
+                               err_msg=f"pair {i}")
+  # Without segment ids the same rows would attend across sentences: the test can fail.
+  crossed = np.asarray(fwd(packed))
+  assert np.abs(crossed[0, 3:8] - want[1, :5]).max() > 1e-3
+
+
+def test_segments_must_come_in_pairs():
+  seg = jnp.ones_like(TARGETS)
+  with pytest.raises(ValueError, match="both"):
+    model.Transformer(CFG_FUSED).apply({"params": _params(CFG_FUSED)}, INPUTS, TARGETS,
+                                       False, None, seg)

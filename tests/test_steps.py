@@ -115,3 +115,49 @@ def test_bad_batch_rank_is_a_clear_error(setup):
   # [micro_batch, length] without the accumulation axis: refused before any collective.
   with pytest.raises(ValueError, match="accum_steps, micro_batch, length"):
     steps.train_step(state, batch, jax.random.key(0), cfg=cfg, optimizer=optimizer)
+
+
+def _pack_rows(batch):
+  """The setup's real rows, two per packed row (segments 1 and 2), zeros after."""
+  real = [i for i in range(BATCH) if batch["targets"][i].any()]
+  length = 2 * LENGTH
+  out = {k: np.zeros((BATCH // 2, length), np.int32)
+         for k in ("inputs", "targets", *steps.SEGMENT_KEYS)}
+  for r, pair in enumerate(zip(real[0::2], real[1::2])):
+    for side in ("inputs", "targets"):
+      start = 0
+      for s, i in enumerate(pair, 1):
+        ids = batch[side][i][batch[side][i] != 0]
+        out[side][r, start:start + len(ids)] = ids
+        out[f"{side}_segments"][r, start:start + len(ids)] = s
+        start += len(ids)
+  return out, length
+
+
+def test_packed_batch_gives_the_unpacked_update(setup, one_device):
+  cfg, optimizer, state, batch = setup
+  packed, length = _pack_rows(batch)
+  devs = jax.devices()[:2]
+  step = parallel.pmap_train_step(cfg, optimizer, devs)
+  split = {k: v.reshape(2, 1, BATCH // 4, length) for k, v in packed.items()}
+  new_state, metrics = jax.device_get(parallel.unreplicate(step(
+      parallel.replicate(state, devs), parallel.shard_batch(split, devs), jax.random.key(1))))
+  assert float(metrics["tokens"]) == float(one_device[1]["tokens"])
+  _assert_same_state(new_state, one_device[0])
+  _assert_same_state(metrics, one_device[1])
+
+
+def test_bfloat16_step_keeps_float32_state_and_loss(setup, one_device):
+  cfg, optimizer, state, batch = setup
+  cfg16 = cfg.replace(dtype="bfloat16")
+  devs = jax.devices()[:1]
+  step = parallel.pmap_train_step(cfg16, optimizer, devs)
+  args = (parallel.replicate(state, devs), parallel.shard_batch(_split(batch, 1, 1), devs),
+          jax.random.key(1))
+  assert "bf16" in step.lower(*args).as_text()          # the matmuls do run in bfloat16
+  new_state, metrics = jax.device_get(parallel.unreplicate(step(*args)))
+  dtypes = {x.dtype for x in jax.tree.leaves((new_state.params, new_state.opt_state))
+            if jnp.issubdtype(x.dtype, jnp.floating)}
+  assert dtypes == {jnp.dtype(jnp.float32)}
+  assert all(np.asarray(v).dtype == np.float32 for v in metrics.values())
+  np.testing.assert_allclose(metrics["loss"], one_device[1]["loss"], rtol=0.02)
