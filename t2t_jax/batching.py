@@ -8,8 +8,10 @@ where WHICH pairs form a global batch depends only on the seed and the epoch
 (`epoch_plan`), never on the device count: the device layout (`layout_batch`)
 only appends all-zero filler rows, up to `padded_rows`, and cuts the rows up.
 Pairs are grouped by length into a fixed list of buckets, so the set of shapes
-(and of compilations) is small and known in advance. No vocabulary here: the
-input is a `TokenizedSplit` (ragged ids) or anything with the same fields.
+(and of compilations) is small and known in advance. With `pack_lengths`, rows
+hold several pairs instead (packing.py) and batches add `inputs_segments` and
+`targets_segments`; there is then one shape per row length. No vocabulary here: the input is a
+`TokenizedSplit` (ragged ids) or anything with the same fields.
 """
 
 from __future__ import annotations
@@ -21,6 +23,7 @@ from typing import Iterator, Optional, Protocol, Sequence
 
 import numpy as np
 
+from t2t_jax import packing
 from t2t_jax.buckets import BUCKET_LENGTHS
 
 log = logging.getLogger(__name__)
@@ -192,7 +195,8 @@ class BatchIterator:
 
   def __init__(self, split: RaggedPairs, bucket_index: np.ndarray, buckets: Sequence[int],
                tokens_per_batch: int, seed: int, local_devices: int, accum: int,
-               process_index: int = 0, process_count: int = 1, prefetch: int = 2):
+               process_index: int = 0, process_count: int = 1, prefetch: int = 2,
+               pack_lengths: Optional[Sequence[int]] = None):
     if not 0 <= process_index < process_count:
       raise ValueError(f"process_index={process_index} must be in [0, {process_count})")
     if len(split) == 0:
@@ -201,13 +205,16 @@ class BatchIterator:
     self._args = dict(split=split, bucket_index=bucket_index, buckets=list(buckets),
                       tokens_per_batch=tokens_per_batch, seed=seed,
                       local_devices=local_devices, accum=accum, process_index=process_index,
-                      process_count=process_count)
+                      process_count=process_count,
+                      pack_lengths=list(pack_lengths) if pack_lengths else None)
     self.divisor = local_devices * accum * process_count
     # Each bucket's batches have a fixed row count, so their shapes are fixed too.
+    lengths = (pack_lengths or
+               [length for b, length in enumerate(buckets) if np.any(bucket_index == b)])
     self.batch_shapes = {
         length: (local_devices, accum,
                  padded_rows(tokens_per_batch, length, self.divisor) // self.divisor, length)
-        for b, length in enumerate(buckets) if np.any(bucket_index == b)}
+        for length in lengths}
     self._prefetch = prefetch
     self._state = {"epoch": 0, "index": 0}
     self._thread: Optional[threading.Thread] = None
@@ -278,8 +285,40 @@ def _plan(args: dict, epoch: int) -> Plan:
   return cached[1]
 
 
+def _packed_plan(args: dict, epoch: int) -> packing.EpochPlan:
+  """Epoch `epoch`'s packed plan, remembered in `args` (built lazily, one epoch at a time)."""
+  plan = args.get("_packed_plan")
+  if plan is None or plan.epoch != epoch:
+    split = args["split"]
+    rows = {length: rows_per_batch(args["tokens_per_batch"], length)
+            for length in args["pack_lengths"]}
+    plan = packing.EpochPlan(np.diff(split.src_offsets), np.diff(split.tgt_offsets), rows,
+                             args["seed"], epoch)
+    args["_packed_plan"] = plan
+  return plan
+
+
+def _make_packed_batch(args: dict, state: dict) -> tuple[dict[str, np.ndarray], dict]:
+  epoch, index = state["epoch"], state["index"]
+  planned = _packed_plan(args, epoch).batch(index)
+  if planned is None:  # past the epoch's end
+    epoch, index = epoch + 1, 0
+    planned = _packed_plan(args, epoch).batch(index)
+  length, rows = planned
+  devices, accum, count = args["local_devices"], args["accum"], args["process_count"]
+  num_rows = padded_rows(args["tokens_per_batch"], length, devices * accum * count)
+  batch = packing.layout_packed(args["split"], rows, num_rows, length, devices, accum,
+                                args["process_index"], count)
+  index += 1
+  if _packed_plan(args, epoch).batch(index) is None:
+    epoch, index = epoch + 1, 0
+  return batch, {"epoch": epoch, "index": index}
+
+
 def _make_batch(args: dict, state: dict) -> tuple[dict[str, np.ndarray], dict]:
   """The batch at `state` and the state after it."""
+  if args["pack_lengths"]:
+    return _make_packed_batch(args, state)
   epoch, index = state["epoch"], state["index"]
   plan = _plan(args, epoch)
   while index >= len(plan):

@@ -57,6 +57,10 @@ class TransformerConfig:
   max_target_length: int = 256
   tokens_per_batch: int = 25000    # per side, per update, across all devices and micro-steps
   max_tokens_per_device: int = 25000  # per micro-step on one device; more means accumulation
+  # Several sentence pairs per training row (segment ids keep them apart), rows as
+  # long as the longest bucket: almost no padding and one batch shape. Dev/test
+  # batches are never packed.
+  packing: bool = True
   seed: int = 0
 
   # --- Training (section 5.3, 5.4) ---

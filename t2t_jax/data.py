@@ -20,7 +20,7 @@ from typing import Iterator, Optional
 
 import numpy as np
 
-from t2t_jax import batching, sources, tokens
+from t2t_jax import batching, packing, sources, tokens
 from t2t_jax import vocab as vocab_lib
 from t2t_jax.batching import BatchIterator, epoch_plan
 from t2t_jax.buckets import bucket_lengths
@@ -49,18 +49,27 @@ class Dataset:
     self.buckets = bucket_lengths(max(cfg.max_source_length, cfg.max_target_length))
     self.bucket_index = batching.assign_buckets(self.train.src_lengths,
                                                 self.train.tgt_lengths, self.buckets)
-    plan = epoch_plan(self.bucket_index, self.buckets, cfg.tokens_per_batch, cfg.seed, 0)
+    # Packed rows: the longest bucket (every pair fits), then halves of it.
+    self.pack_lengths = packing.row_lengths(self.buckets[-1]) if cfg.packing else None
+    if self.pack_lengths:
+      plan_stats = packing.plan_stats(
+          self.train.src_lengths, self.train.tgt_lengths,
+          {n: batching.rows_per_batch(cfg.tokens_per_batch, n) for n in self.pack_lengths},
+          cfg.seed)
+    else:
+      plan = epoch_plan(self.bucket_index, self.buckets, cfg.tokens_per_batch, cfg.seed, 0)
+      plan_stats = batching.plan_stats(self.train, plan, self.buckets, cfg.tokens_per_batch)
     self.stats = {"train_pairs": len(self.train), "dev_pairs": len(self.dev),
-                  "test_pairs": len(self.test),
-                  **batching.plan_stats(self.train, plan, self.buckets, cfg.tokens_per_batch)}
+                  "test_pairs": len(self.test), **plan_stats}
 
   def log_stats(self) -> None:
     s = self.stats
     log.info("Data: %d train pairs (%d empty and %d over-long dropped), %d dev, %d test",
              s["train_pairs"], self.counts.get("empty", 0), self.counts.get("too_long", 0),
              s["dev_pairs"], s["test_pairs"])
-    log.info("Batches: %d per epoch; shapes [rows, length] %s", s["batches_per_epoch"],
-             s["batch_shapes"])
+    log.info("Batches: %d per epoch; shapes [rows, length] %s%s", s["batches_per_epoch"],
+             s["batch_shapes"], f"; {s['pairs_per_row']:.2f} pairs per packed row"
+             if "pairs_per_row" in s else "")
     log.info("Padding efficiency (real / padded tokens): source %.3f, target %.3f",
              s["padding_efficiency_source"], s["padding_efficiency_target"])
     log.info("Real tokens per batch: source %s, target %s", s["source_tokens_per_batch"],
@@ -71,7 +80,7 @@ class Dataset:
     """Batches for `num_devices` local devices (of num_devices * process_count in all)."""
     return BatchIterator(self.train, self.bucket_index, self.buckets,
                          self.cfg.tokens_per_batch, self.cfg.seed, num_devices, accum_steps,
-                         process_index, process_count, prefetch)
+                         process_index, process_count, prefetch, self.pack_lengths)
 
   def dev_batches(self, num_devices: int, process_index: int = 0, process_count: int = 1,
                   split: str = "dev") -> Iterator[dict[str, np.ndarray]]:

@@ -46,14 +46,28 @@ def train_flops_per_token(cfg: TransformerConfig, source_length: float,
   return float(train_flops(cfg, source_length, target_length) / target_length)
 
 
-def batch_train_flops(cfg: TransformerConfig, inputs: np.ndarray, targets: np.ndarray) -> float:
+def batch_train_flops(cfg: TransformerConfig, inputs: np.ndarray, targets: np.ndarray,
+                      inputs_segments: np.ndarray | None = None,
+                      targets_segments: np.ndarray | None = None) -> float:
   """Model FLOPs of one update on a host batch of ids `[..., length]`, padding excluded.
 
-  Each row costs `train_flops` at its real (non-zero) source and target lengths.
+  Each sentence pair costs `train_flops` at its real (non-zero) source and target
+  lengths: a row, or with segment ids (packed rows) each segment of a row.
   """
-  s = np.count_nonzero(inputs, axis=-1).ravel()
-  t = np.count_nonzero(targets, axis=-1).ravel()
+  if targets_segments is None:
+    s = np.count_nonzero(inputs, axis=-1).ravel()
+    t = np.count_nonzero(targets, axis=-1).ravel()
+  else:
+    slots = int(max(inputs_segments.max(initial=0), targets_segments.max(initial=0))) + 1
+    s, t = (_segment_lengths(seg, slots) for seg in (inputs_segments, targets_segments))
   return float(np.sum(train_flops(cfg, s, t)[t > 0]))
+
+
+def _segment_lengths(segments: np.ndarray, slots: int) -> np.ndarray:
+  """Tokens per (row, segment id) for ids below `slots`; segment 0 (padding) counts 0."""
+  rows = segments.reshape(-1, segments.shape[-1]).astype(np.int64)
+  keys = np.arange(len(rows))[:, None] * slots + rows
+  return np.bincount(keys[rows > 0], minlength=len(rows) * slots)
 
 
 # Dense (no sparsity) peak TFLOPS per JAX device, as (16-bit, float32).

@@ -24,6 +24,7 @@ from t2t_jax import loss as loss_lib
 from t2t_jax import model as model_lib
 from t2t_jax import optim
 from t2t_jax.configs import TransformerConfig
+from t2t_jax.packing import SEGMENT_KEYS  # batch fields of packed rows
 
 
 @flax.struct.dataclass
@@ -46,8 +47,6 @@ def _sum_trees(a, b):
   return jax.tree.map(jnp.add, a, b)
 
 
-# Optional batch fields of packed rows (several sentence pairs per row; data.py).
-SEGMENT_KEYS = ("inputs_segments", "targets_segments")
 
 
 def batch_metrics(model: model_lib.Transformer, params: Any, batch: dict[str, jnp.ndarray],

@@ -301,8 +301,9 @@ class Trainer:
           "target_tokens": float(np.count_nonzero(host_batch["targets"])),
           "source_tokens": float(np.count_nonzero(host_batch["inputs"])),
           "padded_tokens": float(host_batch["targets"].size),
-          "flops": flops_lib.batch_train_flops(cfg, host_batch["inputs"],
-                                               host_batch["targets"])})
+          "flops": flops_lib.batch_train_flops(
+              cfg, host_batch["inputs"], host_batch["targets"],
+              host_batch.get("inputs_segments"), host_batch.get("targets_segments"))})
       self.state, metrics = self.devices.train_step(
           self.state, self.devices.put_batch(host_batch), self.dropout_key)
       # Read the previous step only now, so the device always has work queued.

@@ -121,7 +121,8 @@ def _wrong_type(name):
 
 def test_every_field_but_the_flags_has_a_range_and_a_test():
   assert set(configs.FIELD_RULES) == set(_OUT_OF_RANGE)
-  assert set(_FIELDS) - set(configs.FIELD_RULES) == {"share_embeddings", "compilation_cache"}
+  assert set(_FIELDS) - set(configs.FIELD_RULES) == {"share_embeddings", "compilation_cache",
+                                                           "packing"}
 
 
 @pytest.mark.parametrize("name", sorted(_FIELDS))

@@ -45,8 +45,21 @@ def _config(corpus_dir, **overrides):
 
 
 @pytest.fixture(scope="module")
-def ds(corpus_dir, tmp_path_factory):
-  return data.prepare(_config(corpus_dir), str(tmp_path_factory.mktemp("work")))
+def workdir(tmp_path_factory):
+  return str(tmp_path_factory.mktemp("work"))
+
+
+@pytest.fixture(scope="module")
+def ds(corpus_dir, workdir):
+  """One pair per row, in length buckets."""
+  return data.prepare(_config(corpus_dir, packing=False), workdir)
+
+
+@pytest.fixture(scope="module")
+def packed(corpus_dir, workdir):
+  """Several pairs per row (the default), in rows of 64 and 32; the same vocabulary."""
+  return data.prepare(_config(corpus_dir, max_source_length=64, max_target_length=64),
+                      workdir)
 
 
 def _rows(batch):
@@ -287,3 +300,72 @@ def test_prefetch_errors_reach_the_caller(ds, monkeypatch):
   with pytest.raises(RuntimeError, match="bad batch"):
     next(it)
   it.close()
+
+
+def _packed_pairs(batch):
+  """The pairs of a packed batch in global order: rows, then segments within a row."""
+  out = []
+  sides = [(batch[k].reshape(-1, batch[k].shape[-1]),
+            batch[f"{k}_segments"].reshape(-1, batch[k].shape[-1])) for k in ("inputs", "targets")]
+  (src, src_seg), (tgt, tgt_seg) = sides
+  for row in range(len(src)):
+    assert src_seg[row].max() == tgt_seg[row].max()            # every source has its target
+    for k in range(1, src_seg[row].max() + 1):
+      out.append((tuple(src[row][src_seg[row] == k]), tuple(tgt[row][tgt_seg[row] == k])))
+  return out
+
+
+def test_packed_epoch_holds_every_pair_once_in_one_shape(packed, ds):
+  assert packed.pack_lengths == [64, 32] and ds.pack_lengths is None
+  it = packed.train_iterator(8, 1, prefetch=0)
+  # 480 // 64 = 7 rows -> 8 for 8 devices; 480 // 32 = 15 -> 16.
+  assert it.batch_shapes == {64: (8, 1, 1, 64), 32: (8, 1, 2, 32)}
+  seen, batches, shapes = [], 0, set()
+  while True:
+    batch = next(it)
+    batches += 1
+    shape = batch["inputs"].shape
+    assert {k: v.shape for k, v in batch.items()} == dict.fromkeys(
+        ("inputs", "targets", "inputs_segments", "targets_segments"), shape)
+    shapes.add(shape)
+    assert np.count_nonzero(batch["targets"]) <= 480 and np.count_nonzero(batch["inputs"]) <= 480
+    seen += _packed_pairs(batch)
+    if it.get_state() == {"epoch": 1, "index": 0}:
+      break
+  assert shapes == set(it.batch_shapes.values())
+  assert sorted(seen) == sorted(_pairs(packed.train))
+  assert batches == packed.stats["batches_per_epoch"]
+  # Fewer, fuller batches than one pair per row.
+  assert batches < ds.stats["batches_per_epoch"]
+  for side in ("source", "target"):
+    key = f"padding_efficiency_{side}"
+    assert packed.stats[key] > ds.stats[key] and packed.stats[key] <= 1
+  assert packed.stats["pairs_per_row"] > 1.5
+
+
+def test_packed_batches_do_not_depend_on_devices_and_resume_exactly(packed):
+  one = packed.train_iterator(1, accum_steps=1)
+  eight = packed.train_iterator(8, accum_steps=2)
+  hosts = [packed.train_iterator(4, accum_steps=2, process_index=p, process_count=2)
+           for p in (0, 1)]
+  epoch = packed.stats["batches_per_epoch"]
+  reference = []
+  for _ in range(epoch + 3):                                    # into epoch 1
+    b1, b8 = next(one), next(eight)
+    assert _packed_pairs(b1) == _packed_pairs(b8)
+    shares = [next(h) for h in hosts]
+    for key in b8:
+      assert np.array_equal(np.concatenate([s[key] for s in shares]), b8[key])
+    reference.append(b8)
+  for it in (one, eight, *hosts):
+    it.close()
+  for stop in (3, epoch - 1):
+    c = packed.train_iterator(8, accum_steps=2, prefetch=0)
+    for _ in range(stop):
+      next(c)
+    d = packed.train_iterator(8, accum_steps=2, prefetch=1)
+    d.set_state(c.get_state())
+    for want in reference[stop:stop + 3]:
+      got = next(d)
+      assert all(np.array_equal(got[k], want[k]) for k in want)
+    d.close()

@@ -55,6 +55,18 @@ def test_batch_flops_use_real_lengths_only():
   assert flops.batch_train_flops(cfg, inputs, targets) == pytest.approx(expected)
 
 
+def test_packed_batch_flops_count_each_sentence_pair():
+  cfg = configs.get_config("demo")
+  # Row 0 packs pairs (3, 2) and (4, 5); row 1 holds pair (6, 1); row 2 is a filler.
+  inputs_segments = np.array([[1, 1, 1, 2, 2, 2, 2, 0], [1] * 6 + [0, 0], [0] * 8])
+  targets_segments = np.array([[1, 1, 2, 2, 2, 2, 2, 0], [1] + [0] * 7, [0] * 8])
+  inputs, targets = (np.where(seg > 0, 7, 0) for seg in (inputs_segments, targets_segments))
+  expected = sum(flops.train_flops(cfg, s, t) for s, t in ((3, 2), (4, 5), (6, 1)))
+  got = flops.batch_train_flops(cfg, inputs, targets, inputs_segments, targets_segments)
+  assert got == pytest.approx(expected)
+  assert flops.batch_train_flops(cfg, inputs, targets) > got   # rows as one pair: more
+
+
 def test_peak_flops_table_and_override():
   assert flops.peak_flops("Tesla P100-SXM2-16GB", "float32") == 9.5e12  # the paper's figure
   assert flops.peak_flops("NVIDIA H100 80GB HBM3", "bfloat16") == 989e12
