@@ -56,7 +56,10 @@ class TransformerConfig:
   max_source_length: int = 256     # longer training pairs are dropped (and counted)
   max_target_length: int = 256
   tokens_per_batch: int = 25000    # per side, per update, across all devices and micro-steps
-  max_tokens_per_device: int = 25000  # per micro-step on one device; more means accumulation
+  # Per micro-step on one device; more means gradient accumulation. None: the most
+  # that fits in the device's memory with `memory_margin` to spare (memory.py).
+  max_tokens_per_device: Optional[int] = None
+  memory_margin: float = 0.1       # share of device memory the choice above leaves free
   # Several sentence pairs per training row (segment ids keep them apart), rows as
   # long as the longest bucket: almost no padding and one batch shape. Dev/test
   # batches are never packed.
@@ -147,6 +150,7 @@ FIELD_RULES: dict[str, tuple[Any, str]] = {
     "vocab_sample_sentences": _POSITIVE_INT,
     "max_source_length": _POSITIVE_INT, "max_target_length": _POSITIVE_INT,
     "tokens_per_batch": _POSITIVE_INT, "max_tokens_per_device": _POSITIVE_INT,
+    "memory_margin": _FRACTION,
     "seed": ((lambda v: 0 <= v < 2**63), "an integer in [0, 2**63)"),
     "num_train_steps": _POSITIVE_INT, "warmup_steps": _POSITIVE_INT,
     "learning_rate_scale": _POSITIVE_NUMBER,

@@ -32,6 +32,9 @@ log = logging.getLogger(__name__)
 
 def accum_steps(cfg, num_global_devices: int) -> int:
   """Micro-steps per update, so one device sees at most max_tokens_per_device per step."""
+  if cfg.max_tokens_per_device is None:
+    raise ValueError("max_tokens_per_device=None (fit to the device's memory) must be resolved "
+                     "first: memory.resolve_max_tokens_per_device(cfg, ...), or set it")
   return max(1, math.ceil(cfg.tokens_per_batch /
                           (num_global_devices * cfg.max_tokens_per_device)))
 

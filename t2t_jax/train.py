@@ -35,6 +35,7 @@ import tqdm
 from t2t_jax import checkpoint
 from t2t_jax import data
 from t2t_jax import flops as flops_lib
+from t2t_jax import memory
 from t2t_jax import loss as loss_lib
 from t2t_jax import multihost
 from t2t_jax import optim
@@ -145,6 +146,9 @@ class Trainer:
     cfg = self.cfg
     # --- Input ---
     self.ds = dataset if dataset is not None else data.prepare(cfg, str(self.workdir))
+    # The micro-batch that fits the device (unless set), and so the accumulation.
+    cfg = self.cfg = memory.resolve_max_tokens_per_device(
+        cfg, self.num_devices, self.ds.buckets[-1], packed=self.ds.pack_lengths is not None)
     self.accum = data.accum_steps(cfg, self.num_devices)
     self.train_iter = self.ds.train_iterator(jax.local_device_count(), self.accum,
                                              jax.process_index(), jax.process_count())

@@ -24,7 +24,8 @@ RESUMABLE_FIELDS = frozenset({
     "num_train_steps", "log_every_steps", "eval_every_steps", "num_eval_batches",
     "peak_tflops", "checkpoint_every_steps", "checkpoint_every_minutes", "average_last",
     "beam_size", "alpha", "max_decode_extra", "decode_batch_size", "data_dir",
-    "max_tokens_per_device", "parallelism", "compilation_cache", "attention_impl",
+    "max_tokens_per_device", "memory_margin", "parallelism", "compilation_cache",
+    "attention_impl",
 })
 
 

@@ -118,7 +118,7 @@ def test_buckets_budget_and_shapes(ds):
 
 
 def test_accum_steps():
-  cfg = configs.get_config("base")
+  cfg = configs.get_config("base", max_tokens_per_device=25000)
   assert data.accum_steps(cfg, 8) == 1
   assert data.accum_steps(cfg.replace(max_tokens_per_device=1000), 8) == 4
   assert data.accum_steps(cfg.replace(max_tokens_per_device=1000), 1) == 25
