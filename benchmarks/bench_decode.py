@@ -136,7 +136,10 @@ def measure_testset(args) -> list[dict]:
     return path.read_text(encoding="utf-8").splitlines()
 
   workdir = pathlib.Path(args.workdir)
-  cfg = configs.TransformerConfig(**json.loads((workdir / "config.json").read_text()))
+  fields = json.loads((workdir / "config.json").read_text())
+  # An old checkout (--compare) has no from_dict (which drops retired fields).
+  cfg = (configs.from_dict(fields, str(workdir)) if hasattr(configs, "from_dict")
+         else configs.TransformerConfig(**fields))
   tokenizer = vocab.Tokenizer(str(workdir / "vocab" / "spm.model"))
   data = workdir / "data" / cfg.dataset
   sources = read_lines(data / f"test.{cfg.source_lang}")
