@@ -145,7 +145,7 @@ class BeamState(NamedTuple):
 def _gather_beams(x: Array, beam_index: Array) -> Array:
   """x [batch, beam, ...] -> x[b, beam_index[b, k], ...]; beam_index [batch, k]."""
   index = beam_index.reshape(beam_index.shape + (1,) * (x.ndim - 2))
-  return jnp.take_along_axis(x, index, axis=1)
+  return jnp.take_along_axis(x, index, axis=1, mode="clip")
 
 
 def _top_extensions(log_probs: Array, s: BeamState, n: int) -> tuple[Array, Array, Array]:
@@ -167,12 +167,20 @@ def _top_extensions(log_probs: Array, s: BeamState, n: int) -> tuple[Array, Arra
 
 
 def _beam_step(step_fn: StepFn, s: BeamState, *, alpha: float, eos_id: int, n_best: int,
-               shared: bool) -> BeamState:
+               shared: bool, first: bool = False) -> BeamState:
+  """One position for every beam; `first`: the cache still has one row per sentence.
+
+  Before the first step only beam 0 holds a hypothesis (the empty one), so the
+  first step runs the model on one row per sentence and its reordering of the
+  cache to the chosen parents also tiles it to the beams.
+  """
   batch, k, _ = s.alive_seqs.shape
-  tokens = _previous_tokens(s.alive_seqs, s.step).reshape(batch * k)
+  r = 1 if first else k                                                     # cache rows per sentence
+  tokens = _previous_tokens(s.alive_seqs[:, :r], s.step).reshape(batch * r)
   log_probs, cache = _next_log_probs(step_fn, s.cache, tokens, s.step)
+  log_probs = jnp.broadcast_to(log_probs.reshape(batch, r, -1), (batch, k, log_probs.shape[-1]))
   # Each beam has one EOS extension, so the best 2k hold at least k that go on.
-  top_log_prob, top_beam, top_token = _top_extensions(log_probs.reshape(batch, k, -1), s, 2 * k)
+  top_log_prob, top_beam, top_token = _top_extensions(log_probs, s, 2 * k)
   top_ok = _gather_beams(s.alive_ok, top_beam) & (top_token != PAD_ID)
   top_seqs = jax.lax.dynamic_update_index_in_dim(
       _gather_beams(s.alive_seqs, top_beam), top_token, s.step, axis=2)       # [batch, 2k, max_len]
@@ -196,7 +204,7 @@ def _beam_step(step_fn: StepFn, s: BeamState, *, alpha: float, eos_id: int, n_be
   alive_ok = _gather_beams(top_ok & goes_on, pick) & ~at_limit
   alive_seqs = _gather_beams(top_seqs, pick)
   parents = jnp.arange(batch)[:, None] * k + _gather_beams(top_beam, pick)   # [batch, k] rows
-  cache = decode_cache.take_rows(cache, parents.reshape(-1), shared=shared)
+  cache = decode_cache.take_rows(cache, parents.reshape(-1) // (k // r), shared=shared)
 
   # With alpha >= 0 a live hypothesis can at best reach its current log-probability
   # over lp(its sentence's maximum): log-probabilities only fall and lp only grows.
@@ -219,10 +227,12 @@ def _check_settings(alpha: float, beam_size: int, n_best: int) -> None:
 
 def beam_start(cache: Any, *, beam_size: int, max_len: int, max_lens: Optional[Array] = None,
                shared: bool = True) -> BeamState:
-  """The state before the first step: one empty hypothesis per sentence, cache tiled to beams.
+  """The state before the first step: one empty hypothesis per sentence.
 
-  `cache` leaves have leading dim `batch` (decode_cache.py: PerSentence parts
-  stay so unless `shared=False`, the reference path that tiles them too).
+  `cache` leaves have leading dim `batch` and stay so until the first step
+  (`beam_run`), which tiles the per-row parts to the beams (decode_cache.py:
+  PerSentence parts stay per sentence unless `shared=False`, the reference
+  path that tiles them too).
   """
   batch = _batch_size(cache)
   k = beam_size
@@ -234,11 +244,18 @@ def beam_start(cache: Any, *, beam_size: int, max_len: int, max_lens: Optional[A
       # Only beam 0 holds the empty prefix, so the first step does not pick k copies.
       alive_log_prob=jnp.where(first_beam, 0.0, NEG_INF)[None].repeat(batch, 0),
       alive_ok=first_beam[None].repeat(batch, 0),
-      cache=decode_cache.tile(cache, k, shared=shared),
+      cache=cache,
       done_seqs=jnp.zeros((batch, k, max_len), jnp.int32),
       done_score=jnp.full((batch, k), NEG_INF, jnp.float32),
       done_ok=jnp.zeros((batch, k), bool),
       sentence_done=jnp.zeros((batch,), bool))
+
+
+def _before_first_step(state: BeamState, shared: bool) -> bool:
+  """Whether the cache still has one row per sentence (a `beam_start` state), not one per beam."""
+  batch, k, _ = state.alive_seqs.shape
+  rows = decode_cache.rows(state.cache, shared=shared)
+  return k > 1 and rows == batch
 
 
 def beam_run(step_fn: StepFn, state: BeamState, *, until: int, alpha: float = 0.6,
@@ -256,6 +273,8 @@ def beam_run(step_fn: StepFn, state: BeamState, *, until: int, alpha: float = 0.
     state = state._replace(cache=decode_cache.resize(state.cache, until))
   step = functools.partial(_beam_step, step_fn, alpha=alpha, eos_id=eos_id, n_best=n_best,
                            shared=shared)
+  if _before_first_step(state, shared):
+    state = step(state, first=True)
   return jax.lax.while_loop(lambda s: (s.step < until) & ~jnp.all(s.sentence_done), step, state)
 
 

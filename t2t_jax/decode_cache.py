@@ -67,7 +67,18 @@ def tile(cache: Any, r: int, *, shared: bool = True) -> Any:
 
 def take_rows(cache: Any, rows: Array, *, shared: bool = True) -> Any:
   """Per-row leaves reordered (or narrowed) to `rows` [new_rows] int32 indices."""
-  return map_rows(lambda x: jnp.take(x, rows, axis=0), cache, shared=shared)
+  # mode="clip" clamps the few indices instead of masking every gathered element
+  # ("fill", the default): the searches only pass rows that exist.
+  return map_rows(lambda x: jnp.take(x, rows, axis=0, mode="clip"), cache, shared=shared)
+
+
+def rows(cache: Any, *, shared: bool = True) -> int | None:
+  """The leading dim of the per-row leaves (None without any); they must agree."""
+  found = set()
+  map_rows(lambda x: found.add(x.shape[0]) or x, cache, shared=shared)
+  if len(found) > 1:
+    raise ValueError(f"the cache's per-row leaves have different leading dims {sorted(found)}")
+  return found.pop() if found else None
 
 
 def position_length(cache: Any) -> int | None:

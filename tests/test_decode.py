@@ -184,6 +184,18 @@ def test_bad_arguments_raise():
     decode.beam_search(toy_step, cache, chunks=[4, 2], max_len=8)
 
 
+def test_first_step_runs_one_row_per_sentence_then_one_per_beam():
+  rows_seen = []
+
+  def recording_step(cache, tokens, position):
+    rows_seen.append(tokens.shape[0])                                  # at trace time
+    return toy_step(cache, tokens, position)
+
+  # Correctness of the first step is the exhaustive-search tests' business.
+  decode.beam_search(recording_step, toy_cache(3, 2, 9), beam_size=3, alpha=0.6, max_len=5)
+  assert rows_seen == [2, 6]                                           # before and in the loop
+
+
 def test_two_stage_top_k_equals_one_top_k_over_beam_times_vocab():
   # Integer-valued log-probabilities make many ties; 3 words < 2k = 8 per beam.
   rng = np.random.default_rng(0)
@@ -229,6 +241,8 @@ def test_cache_wrappers_tile_reorder_and_resize_only_their_parts():
   np.testing.assert_array_equal(long[0]["self"].value[0][..., :2], tiled[0]["self"].value[0][..., :2])
   np.testing.assert_array_equal(long[0]["self"].value[0][..., 2:], 0)
   np.testing.assert_array_equal(long[0]["row"], tiled[0]["row"])
+  assert decode_cache.rows(cache) == batch and decode_cache.rows(tiled) == batch * r
+  assert decode_cache.rows({"s": decode_cache.PerSentence(shared)}) is None
   assert decode_cache.position_length({"x": per_row}) is None
   with pytest.raises(ValueError, match="different lengths"):
     decode_cache.position_length([tiled[0], long[0]])
