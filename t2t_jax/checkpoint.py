@@ -10,13 +10,16 @@ Orbax writes every step into `<step>.orbax-checkpoint-tmp` and renames it when
 complete, so a run killed mid-save leaves only finished checkpoints behind; the
 next `Checkpointer` deletes the leftover temporary directory. Arrays are stored
 unreplicated and without sharding, so a checkpoint restores onto any number of
-devices. Single-host only (the state must be fully addressable). The dropout
+devices and processes. In a multi-process run every process takes part in each
+save and restore (orbax needs them all; every process holds the same state,
+and process 0 writes it). The dropout
 key is not saved: it is derived from `cfg.seed` and the step (docs/training.md).
 The console script `t2t-average-checkpoints` is checkpoint_cli.py.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import json
 import logging
@@ -24,7 +27,7 @@ import os
 import pathlib
 import time
 import warnings
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import jax
 import numpy as np
@@ -32,6 +35,7 @@ import orbax.checkpoint as ocp
 from orbax.checkpoint import checkpoint_managers
 
 from t2t_jax import configs
+from t2t_jax import multihost
 
 CHECKPOINT_DIR = "checkpoints"
 AVERAGED_DIR = "averaged"
@@ -163,6 +167,8 @@ class Checkpointer:
     self._clock = clock
     self._last_save_time = clock()
     self._retention = _Retention(self.keep, set())
+    self._writing_step: Optional[int] = None
+    self._write_error: Optional[OSError] = None
     self._manager = ocp.CheckpointManager(
         self.directory,
         options=ocp.CheckpointManagerOptions(
@@ -191,11 +197,19 @@ class Checkpointer:
     return latest is None or step > latest
 
   def should_save(self, step: int) -> bool:
-    """Whether `step` is due by the step interval or by the wall-clock interval."""
-    by_steps = self._every_steps is not None and step % self._every_steps == 0
-    by_time = (self._every_seconds is not None
-               and self._clock() - self._last_save_time >= self._every_seconds)
-    return self._is_new(step) and (by_steps or by_time)
+    """Whether `step` is due by the step interval or by the wall-clock interval.
+
+    Every process of a multi-process run must save the same steps, and their
+    clocks differ: a save due by the clock is process 0's decision, shared.
+    """
+    if not self._is_new(step):
+      return False
+    if self._every_steps is not None and step % self._every_steps == 0:
+      return True
+    if self._every_seconds is None:
+      return False
+    due = lambda: "1" if self._clock() - self._last_save_time >= self._every_seconds else ""
+    return bool(multihost.agree("checkpoint_due", due))
 
   def maybe_save(self, step: int, state: PyTree, extras: Optional[dict] = None,
                  force: bool = False, interim: bool = False) -> bool:
@@ -213,10 +227,30 @@ class Checkpointer:
     meta = {"extras": extras, "saved_at": time.time(), "interim": interim}
     if interim:
       self._retention.interim.add(step)
-    self._manager.save(step, force=True, args=ocp.args.Composite(
-        state=ocp.args.StandardSave(_host_copy(state)), meta=ocp.args.JsonSave(meta)))
+    host_state = _host_copy(state)
+    with self._writing():  # also reports a failure of the previous (asynchronous) save
+      self._manager.save(step, force=True, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(host_state), meta=ocp.args.JsonSave(meta)))
+    self._writing_step = step
     self._last_save_time = self._clock()
     return True
+
+  @contextlib.contextmanager
+  def _writing(self) -> Iterator[None]:
+    """Turns a failed write (disk full, read-only) into one OSError saying what to do."""
+    if self._write_error is not None:
+      raise self._write_error
+    try:
+      yield
+    except OSError as e:
+      complete = [int(p.name) for p in self.directory.glob("*") if p.name.isdigit()]
+      kept = (f"the last complete checkpoint, step {max(complete)}, is intact"
+              if complete else "no complete checkpoint exists yet")
+      self._write_error = OSError(
+          f"could not write checkpoint step {self._writing_step} to {self.directory} "
+          f"({e.strerror or e}); {kept}. Free space or make the directory writable, then run "
+          "the same command again to resume")
+      raise self._write_error from None
 
   def _restore_step(self, step: int, target: PyTree) -> tuple[PyTree, dict]:
     restored = self._manager.restore(step, args=ocp.args.Composite(
@@ -245,14 +279,8 @@ class Checkpointer:
       except Exception as e:  # pylint: disable=broad-except
         failures.append((step, e))
         continue
-      for bad_step, error in failures:
-        path = self.directory / str(bad_step)
-        moved = _set_aside(path)
-        warnings.warn(
-            f"checkpoint step {bad_step} at {path} could not be restored ({_describe(error)}); "
-            f"moved it to {moved} and resumed from step {step}", CheckpointWarning, stacklevel=2)
       if failures:
-        self._manager.reload()
+        self._set_aside(failures, step)
       return state, extras
     details = "; ".join(f"step {s}: {_describe(e)}" for s, e in failures)
     raise RuntimeError(
@@ -260,13 +288,34 @@ class Checkpointer:
         "If the config changed, use a new workdir; if the files are damaged, delete them"
     ) from failures[0][1]
 
+  def _set_aside(self, failures: Sequence[tuple[int, BaseException]], step: int) -> None:
+    """Renames the newer checkpoints that failed to restore (process 0 does), then reloads."""
+    if multihost.is_main():
+      for bad_step, error in failures:
+        path = self.directory / str(bad_step)
+        moved = _set_aside(path)
+        warnings.warn(
+            f"checkpoint step {bad_step} at {path} could not be restored ({_describe(error)}); "
+            f"moved it to {moved} and resumed from step {step}", CheckpointWarning, stacklevel=3)
+    multihost.barrier("checkpoint_set_aside")  # the others list the steps after the rename
+    self._manager.reload()
+
   def wait(self) -> None:
-    """Blocks until every save issued so far is complete on disk."""
-    self._manager.wait_until_finished()
+    """Blocks until every save issued so far is complete on disk; OSError if one failed."""
+    with self._writing():
+      self._manager.wait_until_finished()
 
   def close(self) -> None:
-    self._manager.wait_until_finished()
-    self._manager.close()
+    """Finishes the saves; a write failure already raised is not raised again."""
+    try:
+      if self._write_error is None:
+        self.wait()
+    finally:
+      try:
+        self._manager.close()
+      except OSError:
+        if self._write_error is None:
+          raise
 
   def __enter__(self) -> "Checkpointer":
     return self

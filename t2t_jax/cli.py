@@ -27,6 +27,7 @@ import dataclasses
 import difflib
 import functools
 import logging
+import os
 import sys
 import typing
 from typing import Any, Callable, Optional, Sequence
@@ -111,6 +112,29 @@ def parser(prog: str, description: Optional[str], config: Optional[str] = None,
                          default=argparse.SUPPRESS, metavar="VALUE",
                          help=configs.accepts(name))
   return p
+
+
+def add_process_flags(p: argparse.ArgumentParser) -> None:
+  """--multihost, --coordinator_address, --num_processes, --process_id (multihost.py)."""
+  group = p.add_argument_group(
+      "several processes (docs/training.md)",
+      "every process runs the same command; --multihost alone detects the cluster "
+      "(SLURM, Open MPI, Cloud TPU, Kubernetes); the other flags (or JAX_COORDINATOR_ADDRESS, "
+      "JAX_NUM_PROCESSES, JAX_PROCESS_ID) work anywhere, also on one machine")
+  group.add_argument("--multihost", action="store_true",
+                     help="join a multi-process run (jax.distributed)")
+  group.add_argument("--coordinator_address", metavar="HOST:PORT",
+                     help="where process 0 runs the coordinator (a free port on its host)")
+  group.add_argument("--num_processes", type=int, metavar="N", help="processes in the run")
+  group.add_argument("--process_id", type=int, metavar="I", help="this process: 0 .. N-1")
+
+
+def joins_processes(args: argparse.Namespace) -> bool:
+  """Whether `add_process_flags`' flags (or their environment variables) ask to join a run."""
+  env = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
+  return (args.multihost or args.coordinator_address is not None
+          or args.num_processes is not None or args.process_id is not None
+          or any(os.environ.get(name) for name in env))
 
 
 def overrides(args: argparse.Namespace) -> dict[str, Any]:

@@ -11,9 +11,11 @@ hardware, expected time and result.
 from __future__ import annotations
 
 import json
+import logging
 import os
 import pathlib
 import time
+import traceback
 from typing import Any, Optional, Sequence
 
 import jax
@@ -25,6 +27,7 @@ from t2t_jax import configs
 from t2t_jax import data
 from t2t_jax import evaluate
 from t2t_jax import multihost
+from t2t_jax import preemption
 from t2t_jax import train
 from t2t_jax import workdir as workdir_lib
 
@@ -149,8 +152,7 @@ def main(argv: Optional[Sequence[str]], script: str, language_pair: str,
                       "the same command on the same workdir resumes")
   parser.add_argument("--describe", action="store_true",
                       help="print the preset's command, hardware, expected time and BLEU")
-  parser.add_argument("--multihost", action="store_true",
-                      help="join a multi-process run (jax.distributed.initialize)")
+  cli.add_process_flags(parser)
   args = parser.parse_args(argv)
   if args.describe:
     print(describe(args.config, script, language_pair))
@@ -158,10 +160,23 @@ def main(argv: Optional[Sequence[str]], script: str, language_pair: str,
   cfg = cli.config(args, preset_defaults(args.config, language_pair))
   compile_cache.enable(cfg.compilation_cache)  # before anything compiles
   workdir = args.workdir or default_workdir(args.config, language_pair)
-  if args.multihost:
-    jax.distributed.initialize()  # reads the cluster from the environment (SLURM, TPU, ...)
-  results = run(cfg, workdir)
-  print(json.dumps({k: results[k] for k in ("bleu", "dev_perplexity", "steps", "wall_time_s")},
-                   indent=2))
-  print(f"results written to {os.path.join(workdir, 'results.json')}")
+  if cli.joins_processes(args):
+    # Before anything touches JAX's devices.
+    multihost.initialize(args.coordinator_address, args.num_processes, args.process_id)
+    if not multihost.is_main():
+      logging.getLogger().setLevel(logging.WARNING)  # process 0 tells the story
+  try:
+    results = run(cfg, workdir)
+  except preemption.Preempted:
+    raise  # every process stops after the same step; cli.command reports it
+  except Exception as e:  # pylint: disable=broad-except
+    if multihost.is_multiprocess():
+      if not isinstance(e, cli.USER_ERRORS):
+        traceback.print_exc()
+      multihost.fail(cli.one_line(e))  # the other processes stop too, within seconds
+    raise
+  if multihost.is_main():
+    print(json.dumps({k: results[k] for k in ("bleu", "dev_perplexity", "steps",
+                                              "wall_time_s")}, indent=2))
+    print(f"results written to {os.path.join(workdir, 'results.json')}")
   return results

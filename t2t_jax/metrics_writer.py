@@ -32,13 +32,16 @@ def truncate(path: str | os.PathLike, last_step: int) -> None:
   path = pathlib.Path(path)
   if not path.exists():
     return
-  kept = []
-  for line in path.read_text().splitlines():
+  kept, damaged = [], 0
+  for line in path.read_text(errors="replace").splitlines():
     try:
       if json.loads(line)["step"] <= last_step:
         kept.append(line)
     except (ValueError, KeyError, TypeError):
-      continue
+      damaged += 1
+  if damaged:
+    log.warning("Dropped %d damaged line(s) of %s (a write cut short by a kill, or a "
+                "damaged file); the others are kept", damaged, path)
   tmp = path.with_suffix(".jsonl.tmp")
   tmp.write_text("".join(line + "\n" for line in kept))
   os.replace(tmp, path)

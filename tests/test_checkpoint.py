@@ -327,3 +327,39 @@ def test_console_script(tmp_path, capsys):
   assert "Averaged steps [1, 2, 3]" in capsys.readouterr().out
   with pytest.raises(SystemExit):
     checkpoint_cli.main(["--workdir", str(tmp_path), "--last", "0"])
+
+
+@pytest.fixture
+def small_disk(tmp_path):
+  """A 2 MiB tmpfs (needs mount privileges, e.g. root in a container; skipped without)."""
+  mount = tmp_path / "disk"
+  mount.mkdir()
+  result = subprocess.run(["mount", "-t", "tmpfs", "-o", "size=2m", "tmpfs", str(mount)],
+                          capture_output=True, text=True, check=False)
+  if result.returncode != 0:
+    pytest.skip(f"cannot mount a small file system here: {result.stderr.strip()}")
+  yield mount
+  subprocess.run(["umount", "-l", str(mount)], check=False)
+
+
+def test_a_full_disk_gives_one_line_keeps_the_checkpoints_and_resumes_after(small_disk):
+  _save_steps(small_disk, [1, 2])
+  filler = small_disk / "filler"
+  with pytest.raises(OSError):
+    filler.write_bytes(b"0" * (4 << 20))  # the disk is full now
+  ckpt = checkpoint.Checkpointer(small_disk, _CFG)
+  with pytest.raises(OSError) as e:
+    ckpt.maybe_save(3, _state(3), force=True)
+    ckpt.wait()  # the save is asynchronous: the failure shows here at the latest
+  message = str(e.value)
+  assert "\n" not in message and message.startswith(
+      f"could not write checkpoint step 3 to {small_disk / 'checkpoints'} (No space left on "
+      "device); the last complete checkpoint, step 2, is intact. Free space")
+  ckpt.close()  # does not raise the reported failure again
+
+  filler.unlink()  # space freed: a new run resumes from step 2 and saves again
+  with checkpoint.Checkpointer(small_disk, _CFG) as ckpt:
+    state, _ = ckpt.restore_latest(_state(0))
+    _assert_trees_equal(state, jax.device_get(_state(2)))
+    assert ckpt.maybe_save(3, _state(3), force=True)
+  assert sorted(p.name for p in (small_disk / "checkpoints").iterdir()) == ["1", "2", "3"]

@@ -39,6 +39,14 @@ def test_demo_run_writes_results_then_resumes_and_refuses_a_changed_model(tmp_pa
   assert len(hyps) == 12
   assert '"sacrebleu"' in first.stdout
 
+  # Damaged outputs of the finished run: results.json and the averaged checkpoint are
+  # written again (nothing reads them back), metrics.jsonl keeps its good lines.
+  (tmp_path / "results.json").write_text('{"bleu": ')
+  for path in (tmp_path / "averaged").rglob("*"):
+    if path.is_file() and path.parent.name == "d":
+      path.write_bytes(b"\0garbage")
+  with open(tmp_path / "metrics.jsonl", "a") as f:
+    f.write('{"step": 3, "train_lo\n')
   # The same command with more steps continues from step 3, not from scratch.
   second = _run("--config=demo", f"--workdir={tmp_path}", "--config.num_train_steps=5", *TINY)
   assert second.returncode == 0, second.stderr[-3000:]
@@ -46,7 +54,9 @@ def test_demo_run_writes_results_then_resumes_and_refuses_a_changed_model(tmp_pa
   steps = [json.loads(line)["step"] for line in
            (tmp_path / "metrics.jsonl").read_text().splitlines()]
   assert steps == sorted(set(steps)) and steps[-1] == 5
-  assert json.loads((tmp_path / "results.json").read_text())["steps"] == 5
+  assert "Dropped 1 damaged line(s)" in second.stderr
+  second_results = json.loads((tmp_path / "results.json").read_text())
+  assert second_results["steps"] == 5 and second_results["averaged_steps"] == [3, 4, 5]
 
   # A different model in the same work directory is refused with a one-line reason.
   third = _run("--config=demo", f"--workdir={tmp_path}", *TINY[:-1], "--config.d_model=64")

@@ -37,3 +37,18 @@ def test_writer_appends_after_the_resumed_step_and_logs_each_record(tmp_path, ca
   quiet.write({"step": 1, "train_loss": 1.0})
   quiet.close()
   assert not (tmp_path / "other").exists()
+
+
+def test_damaged_lines_are_dropped_with_a_warning_and_the_rest_kept(tmp_path, caplog):
+  path = tmp_path / metrics_writer.METRICS_FILE
+  good = [json.dumps({"step": s, "train_loss": 1.0 / s}) for s in (1, 2, 3)]
+  path.write_bytes(("\n".join([good[0], "{garbled", good[1], '"just a string"']) + "\n").encode()
+                   + b"\xff\xfe\x00binary\n" + (good[2] + "\n").encode())
+  with caplog.at_level(logging.WARNING):
+    metrics_writer.truncate(path, 3)
+  assert _steps(path) == [1, 2, 3]
+  assert "Dropped 3 damaged line(s)" in caplog.text
+  path.write_text("")  # emptied: nothing to keep, nothing to say
+  caplog.clear()
+  metrics_writer.truncate(path, 3)
+  assert path.read_text() == "" and "Dropped" not in caplog.text

@@ -8,6 +8,7 @@ device (with the default pmap), and is moreover killed (simulated) and resumed
 half-way.
 """
 
+import dataclasses
 import json
 import os
 import pathlib
@@ -15,6 +16,7 @@ import shutil
 import subprocess
 import sys
 
+import jax
 import numpy as np
 import pytest
 
@@ -137,3 +139,24 @@ def test_divergence_stops_naming_the_step_and_saves_no_bad_state(tmp_path, corpu
   assert max(saved, default=0) < bad_step, (saved, bad_step)
   assert max(r["step"] for r in _metrics(workdir)) < bad_step
 
+
+
+def test_out_of_device_memory_names_the_setting_to_lower(tmp_path, corpus, monkeypatch):
+  workdir = _workdir(tmp_path, corpus, "oom")
+  cfg = configs.get_config("demo", **{**TINY, "num_train_steps": 2})
+
+  def exhausted(*args):
+    raise jax.errors.JaxRuntimeError(
+        "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17.00GiB.\ndetails")
+
+  with train.Trainer(cfg, workdir) as trainer:
+    monkeypatch.setattr(trainer, "devices", dataclasses.replace(trainer.devices,
+                                                                train_step=exhausted))
+    with pytest.raises(train.DeviceMemoryError) as error:
+      trainer.run()
+  now = cfg.max_tokens_per_device
+  assert str(error.value) == (
+      "out of device memory (RESOURCE_EXHAUSTED: Out of memory while trying to allocate "
+      f"17.00GiB.); lower --config.max_tokens_per_device (now {now}; try {now // 2}: each "
+      f"update still holds tokens_per_batch={cfg.tokens_per_batch} tokens, in more "
+      "accumulation steps)")
