@@ -200,6 +200,9 @@ def inject(signum: int, kills: int, cmd, env, workdir: pathlib.Path, reference: 
       inc.wait_until(lambda: time.monotonic() - inc.started > param * startup_s)
     elif kind == "training":
       inc.wait_until(lambda: logged_step(log) >= param)
+      # The start-up of a restart (compilation cache warm) is what a start-up kill
+      # must fall into, not the reference run's cold one.
+      startup_s = min(startup_s, time.monotonic() - inc.started)
       time.sleep(rng.uniform(0.0, 0.5))
     elif kind == "checkpoint":
       inc.wait_until(lambda: bool(partial_checkpoints(workdir)), poll=0.001)
