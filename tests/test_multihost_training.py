@@ -78,7 +78,10 @@ def flags(tmp_path_factory):
 def _env(devices, **extra):
   env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
          "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
+  # Without the persistent compilation cache: every process compiles for itself, so
+  # none reaches the first collective long after the others.
   env.pop("JAX_COMPILATION_CACHE_DIR", None)
+  env["T2T_JAX_COMPILATION_CACHE"] = "off"
   return env
 
 
