@@ -22,10 +22,10 @@ import jax
 import numpy as np
 import pytest
 
+import trained
 from t2t_jax import checkpoint
 from t2t_jax import inference
 from t2t_jax import workdir as workdir_lib
-from t2t_jax.datasets import demo
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NUM_STEPS = 24
@@ -58,13 +58,7 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="module")
 def flags(tmp_path_factory):
-  corpus = tmp_path_factory.mktemp("corpus")
-  pairs = demo.generate(1030, seed=0, min_words=3, max_words=5)
-  files = {}
-  for split, chunk in {"dev": pairs[:16], "test": pairs[16:30], "train": pairs[30:]}.items():
-    for side, lang in enumerate(("en", "de")):
-      (corpus / f"{split}.{lang}").write_text("".join(pair[side] + "\n" for pair in chunk))
-    files[f"{split}_files"] = f"{corpus}/{split}.en,{corpus}/{split}.de"
+  files = trained.write_text_corpus(tmp_path_factory.mktemp("corpus"), 1030, 16, 14)
   fields = dict(dataset="text", **files, vocab_size=300, num_layers=1, d_model=32, d_ff=64,
                 num_heads=2, max_len=16, max_source_length=8, max_target_length=8,
                 tokens_per_batch=256, max_tokens_per_device=64, dropout_rate=0.1,

@@ -20,9 +20,9 @@ import jax
 import numpy as np
 import pytest
 
+import trained
 from t2t_jax import checkpoint
 from t2t_jax import configs
-from t2t_jax.datasets import demo
 from t2t_jax import optim
 from t2t_jax import steps
 
@@ -69,13 +69,7 @@ STOP_STEP = 5
 @pytest.fixture(scope="module")
 def overrides(tmp_path_factory):
   """A tiny model on short generated sentences: one batch shape, so one compilation."""
-  corpus = tmp_path_factory.mktemp("corpus")
-  pairs = demo.generate(1040, seed=0, min_words=3, max_words=5)
-  files = {}
-  for split, chunk in {"dev": pairs[:20], "test": pairs[20:40], "train": pairs[40:]}.items():
-    for side, lang in enumerate(("en", "de")):
-      (corpus / f"{split}.{lang}").write_text("".join(pair[side] + "\n" for pair in chunk))
-    files[f"{split}_files"] = f"{corpus}/{split}.en,{corpus}/{split}.de"
+  files = trained.write_text_corpus(tmp_path_factory.mktemp("corpus"), 1040, 20, 20)
   # ~130 pairs of at most 8 tokens: 9 batches of [16, 8] per epoch, so the run
   # crosses two epoch boundaries and the iterator position must survive them.
   return dict(dataset="text", **files, vocab_size=400, num_layers=1, d_model=32, d_ff=64,

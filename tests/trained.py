@@ -24,6 +24,20 @@ ROWS = 64            # sentence pairs per update
 STEPS = 300
 
 
+def write_text_corpus(directory: pathlib.Path, num_pairs: int, num_dev: int,
+                      num_test: int) -> dict[str, str]:
+  """Short demo pairs (3-5 words) as {dev,test,train}.{en,de}; returns the `*_files` config fields."""
+  pairs = demo.generate(num_pairs, seed=0, min_words=3, max_words=5)
+  chunks = {"dev": pairs[:num_dev], "test": pairs[num_dev:num_dev + num_test],
+            "train": pairs[num_dev + num_test:]}
+  files = {}
+  for split, chunk in chunks.items():
+    for side, lang in enumerate(("en", "de")):
+      (directory / f"{split}.{lang}").write_text("".join(pair[side] + "\n" for pair in chunk))
+    files[f"{split}_files"] = f"{directory}/{split}.en,{directory}/{split}.de"
+  return files
+
+
 def config() -> configs.TransformerConfig:
   return configs.get_config(
       "demo", vocab_size=300, num_layers=2, d_model=64, d_ff=128, num_heads=4,
