@@ -38,8 +38,8 @@ class TransformerConfig:
   share_embeddings: bool = True    # one matrix for source, target and pre-softmax
   dtype: str = "float32"           # compute dtype: "float32" or "bfloat16"; params stay float32
   attention_window: Optional[int] = None  # restricted self-attention radius r (Table 1); None: full
-  # "fused": jax.nn.dot_product_attention (cuDNN flash attention on NVIDIA GPUs in
-  # bfloat16) where it applies, the reference where it must (attention maps, attention
+  # "fused": layers.fused_attention (cuDNN flash attention on NVIDIA GPUs in bfloat16,
+  # layers.attention_core elsewhere) where it applies, the reference where it must (attention maps, attention
   # dropout, windows, d_k != d_v); "reference": always layers.scaled_dot_product_attention.
   attention_impl: str = "fused"
 

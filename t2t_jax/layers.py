@@ -12,9 +12,11 @@ gets a uniform distribution instead of NaN.
 
 Two attention functions compute the same thing: `scaled_dot_product_attention`,
 the reference (written out; returns the probabilities; attention dropout), and
-`fused_attention`, which hands a structured `Mask` (segment ids, causal flag) to
-`jax.nn.dot_product_attention` so that cuDNN's flash attention can run on NVIDIA
-GPUs. `MultiHeadAttention` picks the fused one where it applies (docs/model.md).
+`fused_attention`, the fast path: it hands a structured `Mask` (segment ids,
+causal flag) to `jax.nn.dot_product_attention` so that cuDNN's flash attention
+can run on NVIDIA GPUs, and elsewhere runs `attention_core`, whose hand-written
+backward pass is cheaper than autodiff's. `MultiHeadAttention` picks the fused one
+where it applies (docs/model.md).
 """
 
 from __future__ import annotations
@@ -185,15 +187,19 @@ def scaled_dot_product_attention(
 
 def fused_attention(q: Array, k: Array, v: Array, mask: "Mask", dtype: Any = None,
                     implementation: Optional[str] = None) -> Array:
-  """`scaled_dot_product_attention`'s output through `jax.nn.dot_product_attention`.
+  """`scaled_dot_product_attention`'s output, by the fastest path the backend has.
 
   Args:
     q: [batch, q_length, heads, d] queries.
     k, v: [batch, kv_length, heads, d] keys and values (one depth for both).
-    mask: unpacked rows become sequence lengths (cuDNN's native padding mask),
-      packed rows a boolean segment mask; `causal` is passed as such.
+    mask: for `jax.nn.dot_product_attention`, unpacked rows become sequence
+      lengths (cuDNN's native padding mask), packed rows a boolean segment mask,
+      and `causal` is passed as such; `attention_core` takes it as a dense bias.
     dtype: compute dtype (default: q's); the softmax runs in float32 regardless.
-    implementation: None or "xla" (any backend), "cudnn" (NVIDIA GPUs, bf16/fp16).
+    implementation: None: `attention_core` (any backend; on CPU faster than
+      `jax.nn.dot_product_attention`'s XLA path, whose backward XLA builds from
+      the softmax by autodiff); "xla" or "cudnn" (NVIDIA GPUs, bf16/fp16):
+      `jax.nn.dot_product_attention` with that implementation.
 
   Returns:
     [batch, q_length, heads, d] in `dtype`. Rows of padded queries may differ from
@@ -207,6 +213,12 @@ def fused_attention(q: Array, k: Array, v: Array, mask: "Mask", dtype: Any = Non
     raise ValueError("fused attention has no restricted (windowed) attention; use "
                      "scaled_dot_product_attention")
   dtype = dtype or q.dtype
+  if implementation is None:
+    heads_first = lambda x: x.astype(dtype).transpose(0, 2, 1, 3)     # [batch, heads, len, d]
+    out = attention_core(heads_first(q / math.sqrt(q.shape[-1])), heads_first(k),
+                         heads_first(v), mask_to_bias(mask.dense()))
+    real = (mask.q_segments != 0)[:, :, None, None]                    # [batch, q, 1, 1]
+    return jnp.where(real, out.transpose(0, 2, 1, 3), 0).astype(dtype)
   q, k, v = (x.astype(dtype) for x in (q, k, v))
   if mask.packed:
     allowed = ((mask.q_segments[:, :, None] == mask.kv_segments[:, None, :])
@@ -219,9 +231,44 @@ def fused_attention(q: Array, k: Array, v: Array, mask: "Mask", dtype: Any = Non
       key_value_seq_lengths=lengths(mask.kv_segments), implementation=implementation)
 
 
+@jax.custom_vjp
+def attention_core(q: Array, k: Array, v: Array, bias: Array) -> Array:
+  """softmax(q k^T + bias) v with a hand-written backward pass.
+
+  q [batch, heads, q_length, d] (already scaled by 1/sqrt(d)), k and v [batch,
+  heads, kv_length, d], all in the compute dtype; bias float32, broadcastable to
+  [batch, heads, q_length, kv_length]. Returns [batch, heads, q_length, d].
+  The backward pass reuses the saved probabilities P and needs two elementwise
+  passes over them (dS = P * (dP - rowsum(dO * O))); autodiff of the softmax makes
+  XLA CPU run several more, which dominated the attention layers' backward.
+  """
+  return _attention_core_fwd(q, k, v, bias)[0]
+
+
+def _attention_core_fwd(q, k, v, bias):
+  logits = jnp.einsum("bhqd,bhkd->bhqk", q, k).astype(jnp.float32) + bias
+  probs = jax.nn.softmax(logits, axis=-1)                              # [batch, heads, q, kv]
+  out = jnp.einsum("bhqk,bhkd->bhqd", probs.astype(v.dtype), v)
+  return out, (q, k, v, probs, out)
+
+
+def _attention_core_bwd(residuals, d_out):
+  q, k, v, probs, out = residuals
+  d_v = jnp.einsum("bhqk,bhqd->bhkd", probs.astype(d_out.dtype), d_out)
+  d_probs = jnp.einsum("bhqd,bhkd->bhqk", d_out, v).astype(jnp.float32)
+  row = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), -1, keepdims=True)
+  d_logits = (probs * (d_probs - row)).astype(q.dtype)                 # [batch, heads, q, kv]
+  d_q = jnp.einsum("bhqk,bhkd->bhqd", d_logits, k)
+  d_k = jnp.einsum("bhqk,bhqd->bhkd", d_logits, q)
+  return d_q, d_k, d_v, None
+
+
+attention_core.defvjp(_attention_core_fwd, _attention_core_bwd)
+
+
 def fused_implementation(dtype: Any, depth: int) -> Optional[str]:
   """"cudnn" where cuDNN flash attention supports the case (NVIDIA GPU, 16-bit, depth
-  a multiple of 8 up to 128), else None (XLA's implementation)."""
+  a multiple of 8 up to 128), else None (`attention_core`)."""
   if (jax.default_backend() == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
       and depth % 8 == 0 and depth <= 128):
     return "cudnn"

@@ -196,9 +196,10 @@ def _qkv(rng, batch, q_len, kv_len, heads=2, depth=8):
   return make(q_len), make(kv_len), make(kv_len)
 
 
+@pytest.mark.parametrize("implementation", [None, "xla"], ids=["attention_core", "jax.nn"])
 @pytest.mark.parametrize("packed,causal", [(False, False), (False, True), (True, False),
                                            (True, True)])
-def test_fused_attention_equals_the_reference_on_real_rows(packed, causal):
+def test_fused_attention_equals_the_reference_on_real_rows(packed, causal, implementation):
   rng = np.random.default_rng(7)
   length = 8
   q, k, v = _qkv(rng, 3, length, length)
@@ -209,9 +210,38 @@ def test_fused_attention_equals_the_reference_on_real_rows(packed, causal):
     segments = layers.segment_ids(_ids(rng, 3, length, [8, 5, 1]))
   mask = layers.Mask(segments, segments, causal=causal, packed=packed)
   want, _ = _attention(q, k, v, layers.mask_to_bias(mask.dense()))
-  got = jax.jit(layers.fused_attention)(q, k, v, mask)
+  got = jax.jit(layers.fused_attention, static_argnames=("implementation",))(
+      q, k, v, mask, implementation=implementation)
   real = np.asarray(segments) != 0                                    # [batch, q]
   np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], atol=1e-5)
+
+
+@pytest.mark.parametrize("dtype,tol", [(jnp.float32, 1e-5), (jnp.bfloat16, 3e-2)])
+def test_attention_core_gradients_equal_autodiff_of_the_reference(dtype, tol):
+  """The hand-written backward pass against autodiff through the written-out softmax,
+  with packed, causal rows and a fully masked (padding) query row."""
+  rng = np.random.default_rng(11)
+  q, k, v = _qkv(rng, 2, 8, 8)
+  segments = jnp.array([[1, 1, 1, 2, 2, 2, 2, 0], [1, 1, 2, 2, 2, 2, 2, 2]], jnp.int32)
+  bias = layers.mask_to_bias(layers.Mask(segments, segments, causal=True, packed=True).dense())
+  weights = jnp.asarray(rng.normal(size=q.shape), jnp.float32)   # a loss that mixes outputs
+  heads_first = lambda x: x.transpose(0, 2, 1, 3)
+
+  def core_loss(q, k, v):
+    out = layers.attention_core(*(heads_first(x / s).astype(dtype) for x, s in
+                                  ((q, np.sqrt(q.shape[-1])), (k, 1.0), (v, 1.0))), bias)
+    return jnp.sum(heads_first(out).astype(jnp.float32) * weights)
+
+  def reference_loss(q, k, v):
+    out, _ = layers.scaled_dot_product_attention(q, k, v, bias, dtype=dtype)
+    return jnp.sum(out.astype(jnp.float32) * weights)
+
+  got = jax.jit(jax.grad(core_loss, argnums=(0, 1, 2)))(q, k, v)
+  want = jax.jit(jax.grad(reference_loss, argnums=(0, 1, 2)))(q, k, v)
+  for g, w in zip(got, want):
+    assert g.dtype == w.dtype == jnp.float32
+    scale = float(jnp.max(jnp.abs(w)))
+    np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=tol * scale, rtol=tol)
 
 
 def test_fused_cross_attention_with_different_lengths():
