@@ -204,7 +204,10 @@ def _beam_step(step_fn: StepFn, s: BeamState, *, alpha: float, eos_id: int, n_be
   alive_ok = _gather_beams(top_ok & goes_on, pick) & ~at_limit
   alive_seqs = _gather_beams(top_seqs, pick)
   parents = jnp.arange(batch)[:, None] * k + _gather_beams(top_beam, pick)   # [batch, k] rows
-  cache = decode_cache.take_rows(cache, parents.reshape(-1) // (k // r), shared=shared)
+  if first:  # every parent is its sentence's one row: tiling is the reordering
+    cache = decode_cache.tile(cache, k, shared=shared)
+  else:
+    cache = decode_cache.take_rows(cache, parents.reshape(-1), shared=shared)
 
   # With alpha >= 0 a live hypothesis can at best reach its current log-probability
   # over lp(its sentence's maximum): log-probabilities only fall and lp only grows.

@@ -13,6 +13,12 @@ Two wrappers tell the search what it may do with a part of the cache:
                      written at index `position` by the step function: the search
                      may hand the step function a shorter buffer (any length above
                      the position) and pad it with zeros as decoding goes on.
+  Unordered(x, axis) Positions buffers that the search tiles and resizes but never
+                     reorders: row i keeps what the hypothesis in row i wrote at
+                     each position. The step function finds a hypothesis' entries
+                     through a per-row record of the rows that wrote them (a
+                     Positions part it updates and the search reorders), so a new
+                     step costs no copy of these buffers.
 
 Every other leaf is per row: tiled when the search multiplies the rows and
 reordered when it picks new rows. A cache without wrappers is all per row. The
@@ -41,18 +47,29 @@ class Positions:
   axis: int = flax.struct.field(pytree_node=False, default=1)
 
 
+@flax.struct.dataclass
+class Unordered:
+  value: Any
+  axis: int = flax.struct.field(pytree_node=False, default=1)
+
+
+_POSITIONS = (Positions, Unordered)
+
+
 def _is_wrapper(x: Any) -> bool:
-  return isinstance(x, (PerSentence, Positions))
+  return isinstance(x, (PerSentence, Positions, Unordered))
 
 
-def map_rows(fn: Callable[[Array], Array], cache: Any, *, shared: bool = True) -> Any:
+def map_rows(fn: Callable[[Array], Array], cache: Any, *, shared: bool = True,
+             unordered: bool = True) -> Any:
   """Applies `fn` to every per-row leaf (Positions included); PerSentence parts pass as they are.
 
   With `shared=False` PerSentence parts count as per row too (the reference
-  path that tiles and reorders everything).
+  path that tiles and reorders everything); with `unordered=False` Unordered
+  parts pass as they are.
   """
   def visit(x):
-    if isinstance(x, PerSentence) and shared:
+    if (isinstance(x, PerSentence) and shared) or (isinstance(x, Unordered) and not unordered):
       return x
     if _is_wrapper(x):
       return x.replace(value=jax.tree.map(fn, x.value))
@@ -66,10 +83,17 @@ def tile(cache: Any, r: int, *, shared: bool = True) -> Any:
 
 
 def take_rows(cache: Any, rows: Array, *, shared: bool = True) -> Any:
-  """Per-row leaves reordered (or narrowed) to `rows` [new_rows] int32 indices."""
+  """Per-row leaves reordered (or narrowed) to `rows` [new_rows] int32 indices.
+
+  Unordered parts stay as they are: their rows are where the reordered records
+  point. With `shared=False` (the reference) they are reordered too: every
+  PerSentence part then has a row per row, so a step function sees one row per
+  sentence, which only ever reads its own row.
+  """
   # mode="clip" clamps the few indices instead of masking every gathered element
   # ("fill", the default): the searches only pass rows that exist.
-  return map_rows(lambda x: jnp.take(x, rows, axis=0, mode="clip"), cache, shared=shared)
+  return map_rows(lambda x: jnp.take(x, rows, axis=0, mode="clip"), cache, shared=shared,
+                  unordered=not shared)
 
 
 def rows(cache: Any, *, shared: bool = True) -> int | None:
@@ -82,9 +106,9 @@ def rows(cache: Any, *, shared: bool = True) -> int | None:
 
 
 def position_length(cache: Any) -> int | None:
-  """The buffer length of the Positions parts (None without any); they must agree."""
+  """The buffer length of the Positions and Unordered parts (None without any); they must agree."""
   lengths = {leaf.shape[node.axis]
-             for node in jax.tree.leaves(cache, is_leaf=_is_wrapper) if isinstance(node, Positions)
+             for node in jax.tree.leaves(cache, is_leaf=_is_wrapper) if isinstance(node, _POSITIONS)
              for leaf in jax.tree.leaves(node.value)}
   if len(lengths) > 1:
     raise ValueError(f"the cache's Positions buffers have different lengths {sorted(lengths)}")
@@ -92,7 +116,7 @@ def position_length(cache: Any) -> int | None:
 
 
 def resize(cache: Any, length: int) -> Any:
-  """Positions buffers cut or zero-padded to `length` along their position axis."""
+  """Positions and Unordered buffers cut or zero-padded to `length` along their position axis."""
   def fit(axis, x):
     if x.shape[axis] >= length:
       return jax.lax.slice_in_dim(x, 0, length, axis=axis)
@@ -101,7 +125,7 @@ def resize(cache: Any, length: int) -> Any:
     return jnp.pad(x, pad)
 
   def visit(x):
-    if isinstance(x, Positions):
+    if isinstance(x, _POSITIONS):
       return x.replace(value=jax.tree.map(lambda leaf: fit(x.axis, leaf), x.value))
     return x
   return jax.tree.map(visit, cache, is_leaf=_is_wrapper)

@@ -134,24 +134,81 @@ class DecoderLayer(nn.Module):
     """Encoder-decoder keys [batch, src_len, heads, d_k] and values [.., d_v]."""
     return self.cross_attention.project_kv(encoded)
 
-  def step(self, y: Array, self_kv: Cache, cross_kv: Cache, position: Array, self_bias: Array,
-           cross_bias: Array) -> tuple[Array, Cache]:
+  def step(self, y: Array, self_kv: Cache, cross_kv: Cache, position: Array, reads: Array,
+           self_bias: Array, cross_bias: Array) -> tuple[Array, Cache]:
     """One position: y [rows, 1, d_model]; writes its keys/values at `position` of self_kv.
 
-    self_kv {"key", "value"} [rows, heads, max_decode_len, d]; cross_kv the same
-    [batch, heads, src_len, d] with rows = batch * r (r rows per sentence).
+    self_kv {"key": [rows, heads, d_k, max_decode_len], "value": [rows, heads,
+    max_decode_len, d_v]}, never reordered:
+    `reads` [batch, r, r, max_decode_len] bool says which of its sentence's r rows
+    holds each row's key/value at each position (rows = batch * r). cross_kv
+    {"key", "value"} [batch, heads, src_len, d]. The same sub-layers as `_block`,
+    with attention written for these layouts (no per-step transposes of the caches).
     """
-    # Heads before positions: the attention products then read the cache as it is
-    # stored; [rows, length, heads, d] costs a transpose of the cache per step.
-    k, v = (x.transpose(0, 2, 1, 3) for x in self.self_attention.project_kv(y))  # [rows, heads, 1, d]
-    index = (0, 0, position, 0)
-    keys = lax.dynamic_update_slice(self_kv["key"], k.astype(self_kv["key"].dtype), index)
-    values = lax.dynamic_update_slice(self_kv["value"], v.astype(self_kv["value"].dtype), index)
-    by_position = lambda x: x.transpose(0, 2, 1, 3)                  # -> [.., length, heads, d]
-    y = self._block(y, (by_position(keys), by_position(values)),
-                    (by_position(cross_kv["key"]), by_position(cross_kv["value"])),
-                    self_bias, cross_bias, deterministic=True)
+    k, v = self.self_attention.project_kv(y)                          # [rows, 1, heads, d]
+    keys = lax.dynamic_update_slice(self_kv["key"], k.transpose(0, 2, 3, 1).astype(
+        self_kv["key"].dtype), (0, 0, 0, position))                    # [rows, heads, d_k, length]
+    values = lax.dynamic_update_slice(self_kv["value"], v.transpose(0, 2, 1, 3).astype(
+        self_kv["value"].dtype), (0, 0, position, 0))                  # [rows, heads, length, d_v]
+    attention = _self_attention_step(self.self_attention, y, keys, values, reads, self_bias)
+    y = _add_norm(y, attention, self.norm_self, self.dropout, True)
+    cross = _cross_attention_step(self.cross_attention, y, cross_kv["key"], cross_kv["value"],
+                                  cross_bias)
+    y = _add_norm(y, cross, self.norm_cross, self.dropout, True)
+    y = _add_norm(y, self.ffn(y), self.norm_ffn, self.dropout, True)
     return y, {"key": keys, "value": values}
+
+
+def _queries(attention: layers.MultiHeadAttention, y: Array) -> Array:
+  """y [rows, 1, d_model] -> queries / sqrt(d_k) [rows, heads, d_k], as the reference scales them."""
+  q = attention.query(y)[:, 0]                                         # [rows, heads, d_k]
+  return (q / math.sqrt(q.shape[-1])).astype(attention.dtype)
+
+
+def _self_attention_step(attention: layers.MultiHeadAttention, y: Array, keys: Array,
+                         values: Array, reads: Array, bias: Array) -> Array:
+  """Decoder self-attention of one position over unreordered caches.
+
+  y [rows, 1, d_model]; keys [rows, heads, d_k, length] (so that the logits are a
+  plain product, 2x faster on XLA CPU than against [.., length, d_k]) and values
+  [rows, heads, length, d_v], where row b*r+j holds
+  what the hypothesis in row j of sentence b wrote at each position; reads
+  [batch, r, r, length] bool (query row, cache row, position), exactly one cache
+  row per query row and position; bias [1, 1, 1, length]. Every query of a
+  sentence meets every cache row of it (r times the products of one row, which
+  are small), then keeps the logit of the row it reads: the same logits and
+  softmax as `scaled_dot_product_attention` over the query's own history.
+  Returns [rows, 1, d_model].
+  """
+  batch, r, _, length = reads.shape
+  rows, heads, _, depth = values.shape
+  q = _queries(attention, y).reshape(batch, 1, r, heads, -1)           # [batch, 1, q, heads, d_k]
+  q = jnp.broadcast_to(q, (batch, r, r, heads, q.shape[-1])).reshape(rows, r, heads, -1)
+  logits = jnp.einsum("nqhd,nhdk->nhqk", q, keys.astype(q.dtype)).astype(jnp.float32)
+  logits = logits.reshape(batch, r, heads, r, length)                  # [batch, j, heads, q, length]
+  reads = reads.transpose(0, 2, 1, 3)[:, :, None]                      # [batch, j, 1, q, length]
+  logits = jnp.sum(jnp.where(reads, logits, 0.0), axis=1)              # [batch, heads, q, length]
+  probs = jax.nn.softmax(logits + bias.astype(jnp.float32), axis=-1)
+  weights = jnp.where(reads, probs[:, None], 0.0).astype(attention.dtype)
+  out = jnp.einsum("nhqk,nhkd->nhqd", weights.reshape(rows, heads, r, length),
+                   values.astype(attention.dtype))                     # [rows, heads, q, d_v]
+  out = jnp.sum(out.reshape(batch, r, heads, r, depth), axis=1)        # [batch, heads, q, d_v]
+  return attention.out(out.transpose(0, 2, 1, 3).reshape(rows, 1, heads, depth))
+
+
+def _cross_attention_step(attention: layers.MultiHeadAttention, y: Array, keys: Array,
+                          values: Array, bias: Array) -> Array:
+  """Encoder-decoder attention of one position: y [rows, 1, d_model], keys/values
+  [batch, heads, src_len, d] shared by the sentence's rows, bias [batch, 1, 1, src_len]."""
+  batch, heads, _, depth = values.shape
+  q = _queries(attention, y).reshape(batch, -1, heads, keys.shape[-1])  # [batch, q, heads, d_k]
+  logits = jnp.einsum("bqhd,bhkd->bhqk", q, keys.astype(q.dtype)).astype(jnp.float32)
+  probs = jax.nn.softmax(logits + bias.astype(jnp.float32), axis=-1)
+  # Heads-first output, then a transpose of this small result: asked for [batch, q,
+  # heads, d] directly, XLA CPU computes the product transposed, 3x slower here.
+  out = jnp.einsum("bhqk,bhkd->bhqd", probs.astype(attention.dtype),
+                   values.astype(attention.dtype))                     # [batch, heads, q, d_v]
+  return attention.out(out.transpose(0, 2, 1, 3).reshape(y.shape[0], 1, heads, depth))
 
 
 class Encoder(nn.Module):
@@ -184,10 +241,10 @@ class Decoder(nn.Module):
     return [layer.cross_kv(encoded) for layer in self.layers]
 
   def step(self, y: Array, self_kvs: list[Cache], cross_kvs: list[Cache], position: Array,
-           self_bias: Array, cross_bias: Array) -> tuple[Array, list[Cache]]:
+           reads: Array, self_bias: Array, cross_bias: Array) -> tuple[Array, list[Cache]]:
     new_kvs = []
     for layer, self_kv, cross_kv in zip(self.layers, self_kvs, cross_kvs):
-      y, self_kv = layer.step(y, self_kv, cross_kv, position, self_bias, cross_bias)
+      y, self_kv = layer.step(y, self_kv, cross_kv, position, reads, self_bias, cross_bias)
       new_kvs.append(self_kv)
     return y, new_kvs
 
@@ -339,17 +396,27 @@ class Transformer(nn.Module):
     by_head = lambda x: x.transpose(0, 2, 1, 3)                       # -> [batch, heads, length, d]
     cross = [{"key": by_head(k), "value": by_head(v)}
              for k, v in self.decoder.cross_kv(self.encode(inputs, train=False))]
-    shape = lambda depth: (batch, cfg.num_heads, max_decode_len, depth)
-    self_kv = [{"key": jnp.zeros(shape(cfg.key_depth), _dtype(cfg)),
-                "value": jnp.zeros(shape(cfg.value_depth), _dtype(cfg))}
+    zeros = lambda *shape: jnp.zeros((batch, cfg.num_heads) + shape, _dtype(cfg))
+    self_kv = [{"key": decode_cache.Unordered(zeros(cfg.key_depth, max_decode_len), axis=3),
+                "value": decode_cache.Unordered(zeros(max_decode_len, cfg.value_depth), axis=2)}
                for _ in range(cfg.num_layers)]
+    # writers[row, position]: which of its sentence's rows wrote the keys/values the
+    # hypothesis now in `row` has at `position` (the search reorders it, not them).
     return {"sentence": decode_cache.PerSentence({"source_ids": inputs, "cross": cross}),
-            "self": decode_cache.Positions(self_kv, axis=2)}
+            "self": self_kv,
+            "writers": decode_cache.Positions(jnp.zeros((batch, max_decode_len), jnp.int32))}
 
   def decode_step(self, cache: Cache, tokens: Array, position: Array) -> tuple[Array, Cache]:
     """tokens [rows] at scalar `position` -> next-token logits [rows, vocab] float32, cache."""
-    sentence, self_kv = cache["sentence"].value, cache["self"].value
-    max_decode_len = self_kv[0]["key"].shape[2]
+    sentence = cache["sentence"].value
+    self_kv = [{name: part.value for name, part in layer.items()} for layer in cache["self"]]
+    max_decode_len = self_kv[0]["value"].shape[2]
+    rows, batch = tokens.shape[0], sentence["source_ids"].shape[0]
+    r = rows // batch                                                  # rows per sentence
+    own = jnp.arange(rows, dtype=jnp.int32) % r
+    writers = lax.dynamic_update_index_in_dim(cache["writers"].value, own, position, axis=1)
+    reads = (writers.reshape(batch, r, 1, max_decode_len)
+             == jnp.arange(r, dtype=jnp.int32)[None, None, :, None])  # [batch, q, j, length]
     y = self._embed(tokens[:, None], jnp.reshape(position, (1,)), "target", deterministic=True)
     keys = jnp.arange(max_decode_len)
     allowed = keys <= position                                         # [max_decode_len]
@@ -357,8 +424,12 @@ class Transformer(nn.Module):
       allowed = allowed & (position - keys <= self.config.attention_window)
     self_bias = layers.mask_to_bias(allowed)[None, None, None, :]      # [1, 1, 1, max_len]
     cross_bias = layers.mask_to_bias(sentence["source_ids"] != PAD_ID)[:, None, None, :]
-    y, self_kv = self.decoder.step(y, self_kv, sentence["cross"], position, self_bias, cross_bias)
-    return self._logits(y)[:, 0], {**cache, "self": cache["self"].replace(value=self_kv)}
+    y, self_kv = self.decoder.step(y, self_kv, sentence["cross"], position, reads, self_bias,
+                                   cross_bias)
+    self_kv = [{name: part.replace(value=new[name]) for name, part in layer.items()}
+               for layer, new in zip(cache["self"], self_kv)]
+    return self._logits(y)[:, 0], {**cache, "self": self_kv,
+                                   "writers": cache["writers"].replace(value=writers)}
 
 
 # ----------------------------------------------------------------- functional API
@@ -375,8 +446,10 @@ def init_cache(cfg: TransformerConfig, params: Any, inputs: Array, max_decode_le
   """Decoding state for `inputs` [batch, src_len], leaves with leading dimension batch.
 
   {"sentence": PerSentence({"source_ids", "cross": [per layer {"key", "value"}]}),
-   "self": Positions([per layer {"key", "value"}], axis=2)}, keys/values
-  [batch, heads, length, d] (decode_cache.py says what the wrappers allow).
+   "self": [per layer {"key": Unordered([batch, heads, d_k, length], axis=3),
+                       "value": Unordered([batch, heads, length, d_v], axis=2)}],
+   "writers": Positions([batch, max_decode_len] int32, axis=1)}, cross-attention
+  keys/values [batch, heads, src_len, d] (decode_cache.py says what the wrappers allow).
   `max_decode_len` (static) bounds the positions `decode_step` may write.
   """
   return Transformer(cfg).apply({"params": params}, inputs, max_decode_len,
