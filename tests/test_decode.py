@@ -243,6 +243,18 @@ def test_cache_wrappers_tile_reorder_and_resize_only_their_parts():
   np.testing.assert_array_equal(long[0]["row"], tiled[0]["row"])
   assert decode_cache.rows(cache) == batch and decode_cache.rows(tiled) == batch * r
   assert decode_cache.rows({"s": decode_cache.PerSentence(shared)}) is None
+  # Unordered buffers are tiled and resized like Positions but never reordered
+  # (unless shared=False, where they are plain rows).
+  kept = {"u": decode_cache.Unordered(positions, axis=2), "row": per_row}
+  u_tiled = decode_cache.tile(kept, r)
+  np.testing.assert_array_equal(u_tiled["u"].value, np.repeat(positions, r, 0))
+  u_taken = decode_cache.take_rows(u_tiled, rows)
+  assert u_taken["u"].value is u_tiled["u"].value
+  np.testing.assert_array_equal(u_taken["row"], np.repeat(per_row, r, 0)[rows])
+  np.testing.assert_array_equal(decode_cache.take_rows(u_tiled, rows, shared=False)["u"].value,
+                                np.repeat(positions, r, 0)[rows])
+  assert decode_cache.rows(u_tiled) == batch * r
+  assert decode_cache.position_length(decode_cache.resize(u_tiled, 7)) == 7
   assert decode_cache.position_length({"x": per_row}) is None
   with pytest.raises(ValueError, match="different lengths"):
     decode_cache.position_length([tiled[0], long[0]])
