@@ -214,6 +214,18 @@ def test_two_stage_top_k_equals_one_top_k_over_beam_times_vocab():
     np.testing.assert_array_equal(top_token, want_index % vocab)
 
 
+def test_blocked_top_k_equals_lax_top_k_ties_included():
+  rng = np.random.default_rng(1)
+  for shape, n in (((5, 4, 1000), 8), ((3, 37000), 8), ((4, 513), 8), ((2, 7), 3)):
+    # Few distinct values (many ties, whole blocks equal), then distinct ones.
+    for x in (rng.integers(-3, 1, shape), rng.normal(size=shape)):
+      x = jnp.asarray(x, jnp.float32)
+      values, index = decode.top_k(x, n)
+      want_values, want_index = jax.lax.top_k(x, n)
+      np.testing.assert_array_equal(values, want_values)
+      np.testing.assert_array_equal(index, want_index)
+
+
 def test_cache_wrappers_tile_reorder_and_resize_only_their_parts():
   batch, r = 2, 3
   per_row = jnp.arange(batch * 4.0).reshape(batch, 4)
