@@ -26,7 +26,6 @@ is greedy decoding whenever alpha = 0.
 from __future__ import annotations
 
 import functools
-import math
 from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
@@ -36,6 +35,7 @@ import numpy as np
 from t2t_jax import configs
 from t2t_jax import decode_cache
 from t2t_jax import model
+from t2t_jax import topk
 from t2t_jax.buckets import BUCKET_LENGTHS
 from t2t_jax.ids import EOS_ID, PAD_ID
 
@@ -149,32 +149,6 @@ def _gather_beams(x: Array, beam_index: Array) -> Array:
   return jnp.take_along_axis(x, index, axis=1, mode="clip")
 
 
-def top_k(x: Array, n: int) -> tuple[Array, Array]:
-  """`jax.lax.top_k` over the last axis (same values, same indices, ties included), faster on wide rows.
-
-  XLA CPU sorts each row of a top-k on one thread, a few ns per element: over a
-  37000-word vocabulary that is most of a step's search. Here the row is cut
-  into blocks; the n best elements lie in the n blocks with the best maxima
-  (each of them is at most its block's maximum, which then ranks among the n
-  best too; on ties the lower block, whose elements have lower indices, comes
-  first as the lower index does), so only those blocks' elements, kept in index
-  order, go through the exact top-k.
-  """
-  *lead, size = x.shape
-  block = max(8, 1 << round(math.log2(math.sqrt(size / max(n, 1)))))
-  blocks = -(-size // block)
-  if blocks <= n:
-    return jax.lax.top_k(x, n)
-  pad = [(0, 0)] * len(lead) + [(0, blocks * block - size)]
-  x = jnp.pad(x, pad, constant_values=-jnp.inf).reshape(*lead, blocks, block)
-  _, chosen = jax.lax.top_k(jnp.max(x, axis=-1), n)                   # [..., n] blocks
-  chosen = jnp.sort(chosen, axis=-1)                                  # index order
-  candidates = jnp.take_along_axis(x, chosen[..., None], axis=-2)     # [..., n, block]
-  values, at = jax.lax.top_k(candidates.reshape(*lead, n * block), n)
-  index = jnp.take_along_axis(chosen, at // block, axis=-1) * block + at % block
-  return values, index
-
-
 def _top_extensions(log_probs: Array, s: BeamState, n: int) -> tuple[Array, Array, Array]:
   """The n best (log-prob, beam, token) extensions per sentence, best first.
 
@@ -185,7 +159,7 @@ def _top_extensions(log_probs: Array, s: BeamState, n: int) -> tuple[Array, Arra
   """
   batch, beams, vocab = log_probs.shape
   m = min(n, vocab)
-  beam_best, beam_token = top_k(log_probs, m)                                # [batch, beam, m]
+  beam_best, beam_token = topk.top_k(log_probs, m)                                # [batch, beam, m]
   candidates = jnp.where(s.alive_ok[..., None], s.alive_log_prob[..., None] + beam_best, NEG_INF)
   top_log_prob, top_index = jax.lax.top_k(candidates.reshape(batch, beams * m), n)  # [batch, n]
   top_beam = top_index // m

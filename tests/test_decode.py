@@ -13,6 +13,7 @@ from t2t_jax import decode
 from t2t_jax import decode_cache
 from t2t_jax.ids import EOS_ID, PAD_ID
 from t2t_jax import model
+from t2t_jax import topk
 
 STATES = 97  # hidden states of the toy step function
 
@@ -220,7 +221,7 @@ def test_blocked_top_k_equals_lax_top_k_ties_included():
     # Few distinct values (many ties, whole blocks equal), then distinct ones.
     for x in (rng.integers(-3, 1, shape), rng.normal(size=shape)):
       x = jnp.asarray(x, jnp.float32)
-      values, index = decode.top_k(x, n)
+      values, index = topk.top_k(x, n)
       want_values, want_index = jax.lax.top_k(x, n)
       np.testing.assert_array_equal(values, want_values)
       np.testing.assert_array_equal(index, want_index)

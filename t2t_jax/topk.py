@@ -1,0 +1,36 @@
+"""An exact top-k over the last axis that is faster than `jax.lax.top_k` on wide rows (beam search's vocabulary)."""
+
+from __future__ import annotations
+
+import math
+
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+
+def top_k(x: Array, n: int) -> tuple[Array, Array]:
+  """`jax.lax.top_k` over the last axis (same values, same indices, ties included), faster on wide rows.
+
+  XLA CPU sorts each row of a top-k on one thread, a few ns per element: over a
+  37000-word vocabulary that is most of a step's search. Here the row is cut
+  into blocks; the n best elements lie in the n blocks with the best maxima
+  (each of them is at most its block's maximum, which then ranks among the n
+  best too; on ties the lower block, whose elements have lower indices, comes
+  first as the lower index does), so only those blocks' elements, kept in index
+  order, go through the exact top-k.
+  """
+  *lead, size = x.shape
+  block = max(8, 1 << round(math.log2(math.sqrt(size / max(n, 1)))))
+  blocks = -(-size // block)
+  if blocks <= n:
+    return jax.lax.top_k(x, n)
+  pad = [(0, 0)] * len(lead) + [(0, blocks * block - size)]
+  x = jnp.pad(x, pad, constant_values=-jnp.inf).reshape(*lead, blocks, block)
+  _, chosen = jax.lax.top_k(jnp.max(x, axis=-1), n)                   # [..., n] blocks
+  chosen = jnp.sort(chosen, axis=-1)                                  # index order
+  candidates = jnp.take_along_axis(x, chosen[..., None], axis=-2)     # [..., n, block]
+  values, at = jax.lax.top_k(candidates.reshape(*lead, n * block), n)
+  index = jnp.take_along_axis(chosen, at // block, axis=-1) * block + at % block
+  return values, index
