@@ -159,7 +159,7 @@ def _top_extensions(log_probs: Array, s: BeamState, n: int) -> tuple[Array, Arra
   """
   batch, beams, vocab = log_probs.shape
   m = min(n, vocab)
-  beam_best, beam_token = topk.top_k(log_probs, m)                                # [batch, beam, m]
+  beam_best, beam_token = topk.top_k(log_probs, m)                     # [batch, beam, m]
   candidates = jnp.where(s.alive_ok[..., None], s.alive_log_prob[..., None] + beam_best, NEG_INF)
   top_log_prob, top_index = jax.lax.top_k(candidates.reshape(batch, beams * m), n)  # [batch, n]
   top_beam = top_index // m

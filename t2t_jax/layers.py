@@ -221,8 +221,8 @@ def fused_attention(q: Array, k: Array, v: Array, mask: "Mask", dtype: Any = Non
     return jnp.where(real, out.transpose(0, 2, 1, 3), 0).astype(dtype)
   q, k, v = (x.astype(dtype) for x in (q, k, v))
   if mask.packed:
-    allowed = ((mask.q_segments[:, :, None] == mask.kv_segments[:, None, :])
-               & (mask.kv_segments != 0)[:, None, :])[:, None]      # [batch, 1, q, kv]
+    # The causal part goes as is_causal, which cuDNN handles without a dense mask.
+    allowed = mask.replace(causal=False).dense()                       # [batch, 1, q, kv]
     return jax.nn.dot_product_attention(q, k, v, mask=allowed, is_causal=mask.causal,
                                         implementation=implementation)
   lengths = lambda segments: jnp.sum(segments != 0, axis=-1, dtype=jnp.int32)  # [batch]

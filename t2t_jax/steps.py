@@ -47,8 +47,6 @@ def _sum_trees(a, b):
   return jax.tree.map(jnp.add, a, b)
 
 
-
-
 def batch_metrics(model: model_lib.Transformer, params: Any, batch: dict[str, jnp.ndarray],
                   label_smoothing: float, **apply_kwargs) -> dict[str, jnp.ndarray]:
   """Metric sums (loss.METRIC_SUMS) of one [batch, length] batch, packed or not."""

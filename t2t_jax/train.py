@@ -35,8 +35,8 @@ import tqdm
 from t2t_jax import checkpoint
 from t2t_jax import data
 from t2t_jax import flops as flops_lib
-from t2t_jax import memory
 from t2t_jax import loss as loss_lib
+from t2t_jax import memory
 from t2t_jax import multihost
 from t2t_jax import optim
 from t2t_jax import parallel
