@@ -38,6 +38,10 @@ t2t_jax.export, the same sentences, beam and batch size, and prints the ratio
 both rank hypotheses the same way; the translations are compared too); without,
 the first of `--configs` with random parameters decodes random ids with EOS
 switched off, `--output_len` tokens each (CTranslate2: min = max decoding length).
+Rows: ours as `decode_ids` runs (two batches in flight) and, with `--workdir`,
+one batch at a time (`in_flight=1`); CTranslate2 with all cores on one batch
+(its usual CPU setting) and, marked xN, N batches at once, one core each
+(inter_threads, the counterpart of our in_flight).
 """
 
 from __future__ import annotations
@@ -222,7 +226,8 @@ def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
   parser.add_argument("mode", nargs="?", default="random", choices=["random", "testset"])
   parser.add_argument("--configs", default="demo,base")
-  parser.add_argument("--sentences", type=int, default=8)
+  parser.add_argument("--sentences", type=int, default=None,
+                      help="random: 8 by default; --ctranslate2 --workdir: the first 256 lines")
   parser.add_argument("--source_len", type=int, default=20, help="source ids, EOS included")
   parser.add_argument("--output_len", type=int, default=24)
   parser.add_argument("--extra", type=int, default=50,
@@ -240,6 +245,8 @@ def main() -> None:
                       help="--ctranslate2 --workdir: sentences per batch in both engines")
   parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
   args = parser.parse_args()
+  if args.sentences is None:
+    args.sentences = 256 if args.ctranslate2 and args.workdir else 8
   if args.ctranslate2:
     sys.path.insert(0, str(HERE))
     ctranslate2_side_by_side(args)
@@ -313,13 +320,23 @@ def _best_of(fn, repeats: int):
 
 
 def _ctranslate2_runs(spec, directory, threads):
-  """{compute type: translator} for one saved float32 model, quantised on loading."""
+  """{label: translator} for one saved float32 model, quantised on loading.
+
+  Each compute type runs as CTranslate2 is usually set up on a CPU (all cores on
+  one batch at a time) and, like our `in_flight`, with one batch per core at
+  once (inter_threads): the faster of the two is the yardstick.
+  """
   import ctranslate2  # pylint: disable=import-outside-toplevel  (the export extra)
   from t2t_jax import export  # pylint: disable=import-outside-toplevel
   export.save_ctranslate2(spec, directory)
-  return {kind: ctranslate2.Translator(directory, device="cpu", compute_type=kind,
-                                       intra_threads=threads, inter_threads=1)
-          for kind in ("float32", "int8")}
+  runs = {}
+  for kind in ("float32", "int8"):
+    runs[f"CTranslate2 {kind}"] = ctranslate2.Translator(
+        directory, device="cpu", compute_type=kind, intra_threads=threads, inter_threads=1)
+    if threads > 1:
+      runs[f"CTranslate2 {kind} x{threads}"] = ctranslate2.Translator(
+          directory, device="cpu", compute_type=kind, intra_threads=1, inter_threads=threads)
+  return runs
 
 
 def _trained_workload(args):
@@ -335,9 +352,9 @@ def _trained_workload(args):
   pieces = [[tokens[i] for i in source] for source in sources]
   max_length = max(engines.output_limits(cfg, [s + [EOS_ID] for s in sources]))
 
-  def ours():
+  def ours(in_flight=2):
     return decode.decode_ids(cfg, params, sources, batch_size=args.batch_size,
-                             beam_size=args.beam_size, alpha=0.0)
+                             beam_size=args.beam_size, alpha=0.0, in_flight=in_flight)
 
   def theirs(translator):
     ids = {token: i for i, token in enumerate(tokens)}
@@ -397,20 +414,23 @@ def ctranslate2_side_by_side(args) -> None:
   print(f"device: {device.platform} ({_cpu_name()}, {threads} cores), jax {jax.__version__}, "
         f"CTranslate2 with {threads} threads, load average {os.getloadavg()[0]:.1f}")
   print(description)
-  print(f"{'engine':22} {'run s':>8} {'sent/s':>8} {'tokens/s':>9} {'ours/engine':>11} "
+  print(f"{'engine':26} {'run s':>8} {'sent/s':>8} {'tokens/s':>9} {'ours/engine':>11} "
         f"{'same as ours':>12}")
   seconds, reference = _best_of(ours, args.repeats)
   rows = [("ours (JAX, float32)", seconds, reference)]
+  if args.workdir:  # several batches: also one at a time (in_flight=1)
+    seconds, outputs = _best_of(functools.partial(ours, in_flight=1), args.repeats)
+    rows.append(("ours, in_flight=1", seconds, outputs))
   with tempfile.TemporaryDirectory() as directory:
     spec = export.ctranslate2_spec(cfg, params, tokens)
-    for kind, translator in _ctranslate2_runs(spec, directory + "/ct2", threads).items():
+    for name, translator in _ctranslate2_runs(spec, directory + "/ct2", threads).items():
       seconds, outputs = _best_of(functools.partial(theirs, translator), args.repeats)
-      rows.append((f"CTranslate2 {kind}", seconds, outputs))
+      rows.append((name, seconds, outputs))
   for name, seconds, outputs in rows:
     # Generated tokens; a trained model's outputs are listed without their EOS.
     count = sum(len(o) + bool(args.workdir) for o in outputs)
     same = sum(a == b for a, b in zip(reference, outputs))
-    print(f"{name:22} {seconds:8.3f} {len(outputs) / seconds:8.1f} {count / seconds:9.0f} "
+    print(f"{name:26} {seconds:8.3f} {len(outputs) / seconds:8.1f} {count / seconds:9.0f} "
           f"{seconds / rows[0][1]:10.2f}x {same:7d}/{len(outputs)}", flush=True)
 
 

@@ -34,6 +34,7 @@ import numpy as np
 
 from t2t_jax import configs
 from t2t_jax import decode_cache
+from t2t_jax import in_flight as in_flight_lib
 from t2t_jax import model
 from t2t_jax import topk
 from t2t_jax.buckets import BUCKET_LENGTHS
@@ -447,13 +448,14 @@ def strip_eos(tokens: Sequence[int]) -> list[int]:
 
 def decode_ids(cfg: configs.TransformerConfig, params: Any, sources: Sequence[Sequence[int]], *,
                batch_size: Optional[int] = None, cached: bool = True,
-               **search: Any) -> list[list[int]]:
+               in_flight: int = in_flight_lib.DEFAULT, **search: Any) -> list[list[int]]:
   """Translates id sequences (without EOS) to id sequences (without EOS), in input order.
 
   Sentences are sorted by length and decoded `batch_size` at a time (default
-  cfg.decode_batch_size); batch shapes are rounded up to a few buckets so that
-  a test set compiles a handful of programs. `search` goes to `translate_batch`
-  (beam_size, alpha, max_decode_extra).
+  cfg.decode_batch_size), `in_flight` batches at once (in_flight.py); batch
+  shapes are rounded up to a few buckets so that a test set compiles a handful
+  of programs. `search` goes to `translate_batch` (beam_size, alpha,
+  max_decode_extra).
   """
   batch_size = cfg.decode_batch_size if batch_size is None else batch_size
   too_long = [i for i, s in enumerate(sources) if len(s) + 1 > cfg.max_len]
@@ -461,9 +463,9 @@ def decode_ids(cfg: configs.TransformerConfig, params: Any, sources: Sequence[Se
     raise ValueError(f"source {too_long[0]} has {len(sources[too_long[0]])} ids; at most "
                      f"cfg.max_len - 1 = {cfg.max_len - 1} fit with EOS: truncate it first")
   order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-  results: list[list[int]] = [[] for _ in sources]
-  for start in range(0, len(order), batch_size):
-    chunk = order[start:start + batch_size]
+  chunks = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+
+  def best(chunk: list[int]) -> np.ndarray:
     # Widths 8, 16, 32, ...: each is a program to compile, and padding the sources
     # costs only encoder work, done once per batch.
     width = min(max(8, 1 << (max(len(sources[i]) for i in chunk)).bit_length()), cfg.max_len)
@@ -472,7 +474,10 @@ def decode_ids(cfg: configs.TransformerConfig, params: Any, sources: Sequence[Se
     for row, i in enumerate(chunk):
       inputs[row, :len(sources[i]) + 1] = [*sources[i], EOS_ID]
     tokens, _ = translate_batch(cfg, params, inputs, cached=cached, **search)
-    tokens = np.asarray(tokens[:, 0])
+    return np.asarray(tokens[:, 0])
+
+  results: list[list[int]] = [[] for _ in sources]
+  for chunk, tokens in zip(chunks, in_flight_lib.ordered_map(best, chunks, in_flight)):
     for row, i in enumerate(chunk):
       results[i] = strip_eos(tokens[row])
   return results

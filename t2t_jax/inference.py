@@ -32,6 +32,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 from t2t_jax import checkpoint
 from t2t_jax import configs
 from t2t_jax import generate
+from t2t_jax import in_flight as in_flight_lib
 from t2t_jax import streaming
 from t2t_jax import vocab
 from t2t_jax import workdir as workdir_lib
@@ -125,7 +126,7 @@ class Translator:
                        temperature: float = 1.0, top_k: int = 0, seed: int = 0,
                        beam_size: Optional[int] = None, alpha: Optional[float] = None,
                        max_decode_extra: Optional[int] = None, batch_size: Optional[int] = None,
-                       window: Optional[int] = None,
+                       window: Optional[int] = None, in_flight: int = in_flight_lib.DEFAULT,
                        warn: Callable[[str], None] = log.warning) -> Iterator[streaming.Translation]:
     """One `streaming.Translation` per line as the lines arrive, in input order.
 
@@ -134,7 +135,7 @@ class Translator:
     whole vocabulary), seeded by `seed` and the line's index). `alignments`:
     True or `streaming.Alignments(layer, head)` adds word alignments. Beam
     settings and `batch_size` default to the config's; `window` lines are held
-    at once (default 16 batches).
+    at once (default 16 batches), `in_flight` batches of them decoding at once.
     """
     search = generate.Search.from_config(
         self.cfg, beam_size=beam_size, alpha=alpha, max_decode_extra=max_decode_extra,
@@ -144,4 +145,4 @@ class Translator:
     return streaming.translate_stream(
         self.members, self.tokenizer, lines, search=search,
         batch_size=batch_size or self.cfg.decode_batch_size, window=window,
-        alignments=alignments or None, warn=warn)
+        alignments=alignments or None, in_flight=in_flight, warn=warn)

@@ -32,6 +32,7 @@ import numpy as np
 from t2t_jax import alignment
 from t2t_jax import decode
 from t2t_jax import generate
+from t2t_jax import in_flight as in_flight_lib
 from t2t_jax import vocab
 from t2t_jax.buckets import bucket_length
 from t2t_jax.ids import EOS_ID, UNK_ID
@@ -152,7 +153,7 @@ def _translate_batch(members: Sequence[generate.Member], tokenizer: vocab.Tokeni
 
 def _translate_window(members, tokenizer, lines: Sequence[str], first: int, *,
                       search: generate.Search, batch_size: int, aligned: Optional[Alignments],
-                      warn: Callable[[str], None]) -> list[Translation]:
+                      in_flight: int, warn: Callable[[str], None]) -> list[Translation]:
   limit = generate.max_positions(members) - 1
   encoded = [encode_line(tokenizer, line, limit, first + k + 1, warn, aligned is not None)
              for k, line in enumerate(lines)]
@@ -160,11 +161,11 @@ def _translate_window(members, tokenizer, lines: Sequence[str], first: int, *,
   results: list[list[Hypothesis]] = [[blank] for _ in lines]
   order = sorted((k for k, (ids, _) in enumerate(encoded) if ids),
                  key=lambda k: len(encoded[k][0]))
-  for start in range(0, len(order), batch_size):
-    chunk = order[start:start + batch_size]
-    done = _translate_batch(members, tokenizer, [first + k for k in chunk],
-                            [encoded[k][0] for k in chunk], [encoded[k][1] for k in chunk],
-                            search, batch_size, aligned)
+  chunks = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+  translate = lambda chunk: _translate_batch(
+      members, tokenizer, [first + k for k in chunk], [encoded[k][0] for k in chunk],
+      [encoded[k][1] for k in chunk], search, batch_size, aligned)
+  for chunk, done in zip(chunks, in_flight_lib.ordered_map(translate, chunks, in_flight)):
     for k, hypotheses in zip(chunk, done):
       results[k] = hypotheses
   return [Translation(first + k, hypotheses) for k, hypotheses in enumerate(results)]
@@ -174,12 +175,14 @@ def translate_stream(members: Sequence[generate.Member], tokenizer: vocab.Tokeni
                      lines: Iterable[str], *, search: generate.Search,
                      batch_size: int = 64, window: Optional[int] = None,
                      alignments: Optional[Alignments] = None,
+                     in_flight: int = in_flight_lib.DEFAULT,
                      warn: Callable[[str], None] = log.warning) -> Iterator[Translation]:
   """One `Translation` per line of `lines`, in input order, `window` lines at a time.
 
   `window` (default 16 batches) bounds the lines held in memory; larger windows
-  sort into fuller batches. `alignments` adds word alignments to every
-  hypothesis. Settings are checked here; lines are read as the iterator is.
+  sort into fuller batches. `in_flight` batches of a window decode at once
+  (in_flight.py). `alignments` adds word alignments to every hypothesis.
+  Settings are checked here; lines are read as the iterator is.
   """
   members = tuple(members)
   if batch_size < 1:
@@ -187,11 +190,13 @@ def translate_stream(members: Sequence[generate.Member], tokenizer: vocab.Tokeni
   window = 16 * batch_size if window is None else window
   if window < 1:
     raise ValueError(f"window={window} must be >= 1")
+  if in_flight < 1:
+    raise ValueError(f"in_flight={in_flight} must be >= 1 (1: one batch at a time)")
   for member in members:
     if alignments is not None:
       alignment.check_layer_and_head(member.cfg, alignments.layer, alignments.head)
   return _stream(members, tokenizer, iter(lines), search=search, batch_size=batch_size,
-                 window=window, aligned=alignments, warn=warn)
+                 window=window, aligned=alignments, in_flight=in_flight, warn=warn)
 
 
 def _stream(members, tokenizer, lines: Iterator[str], *, window: int,

@@ -315,6 +315,8 @@ def test_decode_ids_restores_input_order(tiny_params):
   outputs = decode.decode_ids(TINY, tiny_params, sources)
   shuffled = decode.decode_ids(TINY, tiny_params, [sources[i] for i in order])
   assert shuffled == [outputs[i] for i in order]
+  # Two batches decoding at once (the default) give what one at a time gives.
+  assert decode.decode_ids(TINY, tiny_params, sources, in_flight=1) == outputs
   # Each sentence decoded on its own gives the same output.
   single = _batch([sources[2], sources[0], sources[1], sources[3]], width=8)
   tokens, _ = decode.translate_batch(TINY, tiny_params, single)

@@ -1,0 +1,41 @@
+"""Several batches at once: results in input order, calls really overlap, errors surface."""
+
+import threading
+
+import pytest
+
+from t2t_jax import in_flight
+
+
+def test_results_come_in_input_order_whatever_finishes_first():
+  finish_late = threading.Event()
+
+  def fn(item):
+    if item == 0:  # the first item ends last
+      assert finish_late.wait(timeout=30)
+    if item == 3:
+      finish_late.set()
+    return item * 10
+
+  assert in_flight.ordered_map(fn, range(6), in_flight=2) == [0, 10, 20, 30, 40, 50]
+
+
+def test_calls_overlap_up_to_in_flight():
+  # Both calls must be under way at once to pass the barrier; one at a time, it breaks.
+  barrier = threading.Barrier(2, timeout=30)
+  assert in_flight.ordered_map(lambda x: barrier.wait() * 0 + x, [1, 2], in_flight=2) == [1, 2]
+  lone = threading.Barrier(2, timeout=0.5)
+  with pytest.raises(threading.BrokenBarrierError):
+    in_flight.ordered_map(lambda x: lone.wait(), [1, 2], in_flight=1)
+
+
+def test_an_error_in_one_call_is_raised():
+  def fn(item):
+    if item == 2:
+      raise ValueError("bad batch 2")
+    return item
+
+  with pytest.raises(ValueError, match="bad batch 2"):
+    in_flight.ordered_map(fn, range(4), in_flight=2)
+  with pytest.raises(ValueError, match="in_flight=0 must be >= 1"):
+    in_flight.ordered_map(fn, range(4), in_flight=0)
