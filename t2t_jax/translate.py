@@ -14,7 +14,8 @@ WORKDIR/checkpoints/<step> or WORKDIR/averaged/<step>; an ensemble's models
 must share the vocabulary, and their probabilities are averaged at every step.
 
 Lines are read and translated as they arrive, `--window` lines at a time in
-batches of similar length, and written in input order, so a file of any length
+batches of similar length (`--in_flight` of them decoding at once), and written
+in input order, so a file of any length
 works (a progress bar on stderr counts the lines of an --input file). Every
 input line gives one output: an empty line gives an empty line, and a line
 longer than the model's `max_len` positions is cut to fit, with a warning
@@ -44,6 +45,7 @@ import tqdm
 
 from t2t_jax import cli
 from t2t_jax import compile_cache
+from t2t_jax import in_flight
 from t2t_jax import inference
 from t2t_jax import streaming
 from t2t_jax import textio
@@ -82,6 +84,8 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument("--seed", type=int, default=0, help="sampling seed")
   parser.add_argument("--window", type=int,
                       help="lines held in memory at once (default: 16 batches)")
+  parser.add_argument("--in_flight", type=int, default=in_flight.DEFAULT, metavar="N",
+                      help=f"batches decoded at once (default {in_flight.DEFAULT}; 1: one at a time)")
   parser.add_argument("--progress", action=argparse.BooleanOptionalAction, default=None,
                       help="progress bar on stderr (default: for an --input file, on a terminal)")
   return parser
@@ -125,7 +129,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   lines = textio.iter_lines(args.input or sys.stdin.buffer, errors="replace")
   translations = translator.translate_stream(
       lines, n_best=args.nbest or 1, alignments=alignments, sample=args.sample,
-      temperature=args.temperature, top_k=args.top_k, seed=args.seed, window=args.window)
+      temperature=args.temperature, top_k=args.top_k, seed=args.seed, window=args.window,
+      in_flight=args.in_flight)
   with _output(args.output) as out:
     for t in _progress(translations, args):
       rows = (streaming.format_nbest(t, bool(alignments)) if args.nbest is not None
