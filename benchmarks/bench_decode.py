@@ -352,9 +352,9 @@ def _trained_workload(args):
   pieces = [[tokens[i] for i in source] for source in sources]
   max_length = max(engines.output_limits(cfg, [s + [EOS_ID] for s in sources]))
 
-  def ours(in_flight=2):
+  def ours(**settings):
     return decode.decode_ids(cfg, params, sources, batch_size=args.batch_size,
-                             beam_size=args.beam_size, alpha=0.0, in_flight=in_flight)
+                             beam_size=args.beam_size, alpha=0.0, **settings)
 
   def theirs(translator):
     ids = {token: i for i, token in enumerate(tokens)}

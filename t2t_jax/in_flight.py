@@ -25,14 +25,15 @@ def ordered_map(fn: Callable[[Item], Result], items: Iterable[Item],
                 in_flight: int = DEFAULT) -> list[Result]:
   """[fn(item) for item in items], with up to `in_flight` calls running at once.
 
-  The first exception raised by a call is raised here once the calls under way
-  have ended.
+  The first exception raised by a call (in item order) is raised here once the
+  calls under way have ended; calls not yet started are not made.
   """
   if in_flight < 1:
     raise ValueError(f"in_flight={in_flight} must be >= 1 (1: one batch at a time)")
   items = list(items)
   if in_flight == 1 or len(items) < 2:
     return [fn(item) for item in items]
+  # Executor.map cancels the calls not yet started when one raises.
   with concurrent.futures.ThreadPoolExecutor(min(in_flight, len(items)),
                                              thread_name_prefix="t2t_jax-decode") as pool:
     return list(pool.map(fn, items))

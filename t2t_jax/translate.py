@@ -15,11 +15,10 @@ must share the vocabulary, and their probabilities are averaged at every step.
 
 Lines are read and translated as they arrive, `--window` lines at a time in
 batches of similar length (`--in_flight` of them decoding at once), and written
-in input order, so a file of any length
-works (a progress bar on stderr counts the lines of an --input file). Every
-input line gives one output: an empty line gives an empty line, and a line
-longer than the model's `max_len` positions is cut to fit, with a warning
-naming the line.
+in input order, so a file of any length works (a progress bar on stderr counts
+the lines of an --input file). Every input line gives one output: an empty line
+gives an empty line, and a line longer than the model's `max_len` positions is
+cut to fit, with a warning naming the line.
 
 Output lines (tab-separated; a tab inside a translation becomes a space):
   default        translation

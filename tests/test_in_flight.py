@@ -1,6 +1,7 @@
 """Several batches at once: results in input order, calls really overlap, errors surface."""
 
 import threading
+import time
 
 import pytest
 
@@ -29,13 +30,18 @@ def test_calls_overlap_up_to_in_flight():
     in_flight.ordered_map(lambda x: lone.wait(), [1, 2], in_flight=1)
 
 
-def test_an_error_in_one_call_is_raised():
+def test_an_error_in_one_call_is_raised_and_later_calls_are_not_made():
+  started = []
+
   def fn(item):
-    if item == 2:
-      raise ValueError("bad batch 2")
+    started.append(item)
+    if item == 0:
+      raise ValueError("bad batch 0")
+    time.sleep(0.2)
     return item
 
-  with pytest.raises(ValueError, match="bad batch 2"):
-    in_flight.ordered_map(fn, range(4), in_flight=2)
+  with pytest.raises(ValueError, match="bad batch 0"):
+    in_flight.ordered_map(fn, range(20), in_flight=2)
+  assert len(started) < 20  # the batches still queued were dropped
   with pytest.raises(ValueError, match="in_flight=0 must be >= 1"):
     in_flight.ordered_map(fn, range(4), in_flight=0)
