@@ -106,7 +106,8 @@ def train_step(state: TrainState, batch: dict[str, jnp.ndarray], root_key: jax.A
   # scan carry to say so from the start.
   init = lax.pcast((zero_grads, zero_sums), axis_name, to="varying")
   accum_steps = inputs.shape[0]
-  (grads, sums), _ = lax.scan(micro_step, init, (jnp.arange(accum_steps), batch))
+  (grads, sums), _ = lax.scan(micro_step, init, (jnp.arange(accum_steps), batch),
+                              unroll=min(cfg.unroll_micro_steps, accum_steps))
 
   grads, sums = lax.psum((grads, sums), axis_name)
   # Guards the division only: data.py never yields a global batch without real tokens.

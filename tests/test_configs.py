@@ -104,6 +104,7 @@ _OUT_OF_RANGE = {
     "dev_files": "", "test_files": "", "vocab_type": "sentencepiece",
     "vocab_sample_sentences": 0, "max_source_length": 0, "max_target_length": -3,
     "tokens_per_batch": 0, "max_tokens_per_device": 0, "memory_margin": 1.0,
+    "unroll_micro_steps": 0,
     "seed": -1, "num_train_steps": 0, "warmup_steps": 0, "learning_rate_scale": 0.0,
     "adam_b1": 1.0, "adam_b2": 1.5, "adam_eps": 0.0, "label_smoothing": 1.0,
     "log_every_steps": 0, "eval_every_steps": 0, "num_eval_batches": 0, "peak_tflops": -1.0,

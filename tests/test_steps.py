@@ -1,7 +1,7 @@
 """train_step/eval_step: the update does not depend on how the batch is split.
 
-8 devices x 1 micro-step, 1 device x 1 and 1 device x 4 micro-steps must give the
-same state as a single-device reference computed without pmap (the gradient of
+8 devices x 1 micro-step, 1 device x 1 and 1 device x 4 micro-steps (in a loop or
+unrolled) must give the same state as a single-device reference computed without pmap (the gradient of
 the token-mean loss over the whole batch). Dropout is off so all see one function.
 """
 
@@ -35,8 +35,9 @@ def _split(batch, devices, accum):
   return {k: v.reshape(devices, accum, BATCH // devices // accum, LENGTH) for k, v in batch.items()}
 
 
-def _run(setup, devices, accum):
+def _run(setup, devices, accum, **overrides):
   cfg, optimizer, state, batch = setup
+  cfg = cfg.replace(**overrides)
   devs = jax.devices()[:devices]
   step = parallel.pmap_train_step(cfg, optimizer, devs)
   new_state, metrics = step(parallel.replicate(state, devs),
@@ -88,8 +89,10 @@ def test_eight_devices_equal_one_device(setup, one_device):
   _assert_same_state(metrics, one_device[1])
 
 
-def test_accumulation_equals_one_big_batch(setup, one_device):
-  new_state, metrics = _run(setup, devices=1, accum=4)
+@pytest.mark.parametrize("unroll", [1, 2, 4])
+def test_accumulation_equals_one_big_batch(setup, one_device, unroll):
+  # unroll: micro-steps side by side in one loop iteration (all 4 at once with 4).
+  new_state, metrics = _run(setup, devices=1, accum=4, unroll_micro_steps=unroll)
   _assert_same_state(new_state, one_device[0])
   _assert_same_state(metrics, one_device[1])
 
