@@ -32,6 +32,9 @@ class TransformerConfig:
   d_k: Optional[int] = None        # query/key depth per head; None: d_model // num_heads
   d_v: Optional[int] = None        # value depth per head; None: d_model // num_heads
   dropout_rate: float = 0.1        # P_drop: sub-layer outputs and embeddings + positions
+  # How those dropout masks are drawn (dropout.py): "hash" (an index hash that XLA
+  # fuses and the backward pass recomputes) or "threefry" (jax.random.bernoulli).
+  dropout_generator: str = "hash"
   attention_dropout_rate: float = 0.0  # on attention probabilities (tuned for parsing)
   positional_encoding: str = "sinusoidal"  # or "learned" (Table 3 row E)
   max_len: int = 512               # longest position the model supports (learned table size)
@@ -143,6 +146,7 @@ FIELD_RULES: dict[str, tuple[Any, str]] = {
     "num_layers": _POSITIVE_INT, "d_model": _POSITIVE_INT, "d_ff": _POSITIVE_INT,
     "num_heads": _POSITIVE_INT, "d_k": _POSITIVE_INT, "d_v": _POSITIVE_INT,
     "dropout_rate": _FRACTION, "attention_dropout_rate": _FRACTION,
+    "dropout_generator": _one_of("hash", "threefry"),
     "positional_encoding": _one_of("sinusoidal", "learned"),
     "max_len": _POSITIVE_INT,
     "dtype": _one_of("float32", "bfloat16"),

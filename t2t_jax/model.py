@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from t2t_jax import decode_cache
+from t2t_jax import dropout as dropout_lib
 from t2t_jax import layers
 from t2t_jax import step_attention
 from t2t_jax.configs import TransformerConfig
@@ -73,7 +74,11 @@ def _attention(cfg: TransformerConfig) -> layers.MultiHeadAttention:
       implementation=cfg.attention_impl)
 
 
-def _add_norm(x: Array, y: Array, norm: nn.LayerNorm, dropout: nn.Dropout,
+def _dropout(cfg: TransformerConfig) -> dropout_lib.Dropout:
+  return dropout_lib.Dropout(cfg.dropout_rate, generator=cfg.dropout_generator)
+
+
+def _add_norm(x: Array, y: Array, norm: nn.LayerNorm, dropout: dropout_lib.Dropout,
               deterministic: bool) -> Array:
   """One sub-layer's output, LayerNorm(x + Dropout(y)), in x's dtype (post-norm)."""
   return norm(x + dropout(y, deterministic=deterministic)).astype(x.dtype)
@@ -89,7 +94,7 @@ class EncoderLayer(nn.Module):
     self.ffn = layers.FeedForward(cfg.d_model, cfg.d_ff, dtype=_dtype(cfg))
     self.norm_attention = _layer_norm()
     self.norm_ffn = _layer_norm()
-    self.dropout = nn.Dropout(cfg.dropout_rate)
+    self.dropout = _dropout(cfg)
 
   def __call__(self, x: Array, bias: layers.Mask, deterministic: bool) -> Array:
     """[batch, src_len, d_model] -> same; `bias`: the source self-attention mask."""
@@ -110,7 +115,7 @@ class DecoderLayer(nn.Module):
     self.norm_self = _layer_norm()
     self.norm_cross = _layer_norm()
     self.norm_ffn = _layer_norm()
-    self.dropout = nn.Dropout(cfg.dropout_rate)
+    self.dropout = _dropout(cfg)
 
   def _block(self, y, self_kv, cross_kv, self_bias, cross_bias, deterministic):
     """The layer itself, given already projected self- and cross-attention keys/values."""
@@ -229,7 +234,7 @@ class Transformer(nn.Module):
       self.target_positions = self.param("target_positions", init, (cfg.max_len, cfg.d_model))
     self.encoder = Encoder(cfg)
     self.decoder = Decoder(cfg)
-    self.dropout = nn.Dropout(cfg.dropout_rate)
+    self.dropout = _dropout(cfg)
 
   # -------------------------------------------------------------- building blocks
 

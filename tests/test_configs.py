@@ -100,6 +100,7 @@ _OUT_OF_RANGE = {
     "d_v": -1, "dropout_rate": 1.0, "attention_dropout_rate": -0.5,
     "positional_encoding": "rotary", "max_len": 0, "dtype": "float16", "attention_window": 0,
     "attention_impl": "flash",
+    "dropout_generator": "philox",
     "dataset": "", "source_lang": "", "target_lang": "", "data_dir": "", "train_files": "",
     "dev_files": "", "test_files": "", "vocab_type": "sentencepiece",
     "vocab_sample_sentences": 0, "max_source_length": 0, "max_target_length": -3,
