@@ -19,7 +19,9 @@ step. Two worker processes, one per checkout (this one and the old one, e.g. a
 `git worktree` of an older commit), each prepare the demo corpus with their own
 code, take the first `--batches` batches of their own epoch-0 plan (the real
 length mix; the old code pads to length buckets, newer code may pack) and
-compile every shape among them. Then rounds alternate: old, new, old, new...
+compile every shape among them. Each splits an update into micro-steps as its own
+preset says (`max_tokens_per_device`, `unroll_micro_steps`; one micro-step where
+the preset leaves it to the memory analysis). Then rounds alternate: old, new, old, new...
 each timing one pass over its batches; the best round of each counts. For the
 base preset the model is base (d_model 512, vocabulary 37000) on the same demo
 corpus ids. Prints one line per round and a table with the ratio new / old.
@@ -105,8 +107,12 @@ def step_speed(args) -> None:
 def worker(args) -> None:
   import jax  # pylint: disable=import-outside-toplevel
   from t2t_jax import configs, data, optim, parallel, steps  # pylint: disable=import-outside-toplevel
-  overrides = dict(tokens_per_batch=args.tokens_per_batch,
-                   max_tokens_per_device=args.tokens_per_batch)
+  # Each version splits an update into micro-steps as its own preset does (the
+  # demo's unrolled micro-steps are part of what a user gets); where a preset
+  # leaves that to the memory analysis (None), one micro-step.
+  preset = configs.get_config(args.config)
+  micro = getattr(preset, "max_tokens_per_device", None) or args.tokens_per_batch
+  overrides = dict(tokens_per_batch=args.tokens_per_batch, max_tokens_per_device=micro)
   data_cfg = configs.get_config("demo", **overrides)
   ds = data.prepare(data_cfg, args.workdir)
   model_cfg = configs.get_config(args.config, **overrides)

@@ -124,6 +124,17 @@ def test_output_metrics_equal_the_reference_and_its_gradient(eps):
     np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
+def test_a_gold_logit_tied_for_the_largest_counts_as_correct_in_both_paths():
+  # Three tokens, vocabulary 4, d = 4: the kernel is the identity, so logits = features.
+  features = jnp.asarray([[[1.0, 3.0, 3.0, 0.0],     # gold 2 ties id 1 for the top: correct
+                           [1.0, 3.0, 3.0, 0.0],     # gold 3 is below the top: wrong
+                           [0.0, 0.0, 5.0, 1.0]]])   # gold 2 is the top: correct
+  targets = jnp.asarray([[2, 3, 2]])
+  kernel = jnp.eye(4)
+  assert float(loss.output_metrics(features, kernel, targets, 0.1)["correct"]) == 2.0
+  assert float(loss.compute_metrics(features, targets, 0.1)["correct"]) == 2.0
+
+
 def test_output_metrics_in_bfloat16_keep_float32_sums_and_kernel_gradient():
   features, kernel, targets = _features(5, jnp.bfloat16)
   sums = loss.output_metrics(features, kernel, targets, 0.1)
