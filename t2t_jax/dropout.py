@@ -11,10 +11,11 @@ is at least `rate * 2**32`, where (s0, s1) are two 32-bit seeds drawn from the
 layer's dropout key and `mix` is the "lowbias32" integer hash (a bijection of
 32-bit words with near-ideal avalanche). s0 enters twice so that two keys give
 shifted copies of one mask only if both seeds agree (with one stage, sharing s1
-would be enough; a long run draws millions of keys). The few integer operations fuse into the
-fusions around them, and the backward pass recomputes the mask from the two
-seeds instead of storing it (`jax.custom_vjp`). The keep probability is exact to
-2**-32 (`jax.random.bernoulli` compares a float32 with 23 random bits).
+would be enough, and a long run draws millions of keys). The few integer
+operations fuse into the fusions around them, and the backward pass recomputes
+the mask from the two seeds instead of storing it (`jax.custom_vjp`). The keep
+probability is exact to 2**-32 (`jax.random.bernoulli` compares a float32 with
+23 random bits).
 
 `generator="threefry"` keeps the old masks (`jax.random.bernoulli`, as
 `nn.Dropout`), selected by `cfg.dropout_generator`; the tests hold the hash to
@@ -56,6 +57,8 @@ def hash_keep_mask(seed: Array, shape: tuple[int, ...], rate: float) -> Array:
   `seed` is uint32 [2] (`seeds(key)`); element i (row-major) depends on the seed
   and i only, so the same seed and shape always give the same mask.
   """
+  if not 0.0 <= rate < 1.0:
+    raise ValueError(f"hash dropout needs a rate in [0, 1), got {rate}")
   size = math.prod(shape)
   if size >= 2**32:
     raise ValueError(f"hash dropout numbers elements with 32 bits; an array of shape {shape} "

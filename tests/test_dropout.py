@@ -23,8 +23,9 @@ def test_kept_fraction_is_one_minus_rate(rate):
   sigma = np.sqrt(rate * (1 - rate) / keep.size)
   assert abs(keep.mean() - (1 - rate)) < 5 * sigma
   # Every slice keeps its share too: no region of the index space is favoured.
-  per_row = keep.reshape(SHAPE[0], -1).mean(axis=1)
-  assert np.abs(per_row - (1 - rate)).max() < 5 * np.sqrt(rate * (1 - rate) / per_row.size * SHAPE[0])
+  per_row = keep.reshape(SHAPE[0], -1).mean(axis=1)               # [batch]
+  row_sigma = np.sqrt(rate * (1 - rate) / (keep.size // SHAPE[0]))
+  assert np.abs(per_row - (1 - rate)).max() < 5 * row_sigma
 
 
 def test_masks_of_different_keys_and_neighbours_are_independent():
@@ -87,6 +88,8 @@ def test_bad_rate_generator_or_size_is_a_clear_error():
   x = jnp.ones((2, 3))
   with pytest.raises(ValueError, match=r"rate must be in \[0, 1\]"):
     dropout.dropout(x, KEY, 1.5)
+  with pytest.raises(ValueError, match=r"rate in \[0, 1\)"):
+    dropout.hash_keep_mask(jnp.zeros(2, jnp.uint32), (2, 3), 1.0)
   with pytest.raises(ValueError, match="generator must be one of"):
     dropout.dropout(x, KEY, 0.1, "philox")
   with pytest.raises(ValueError, match="dropout_generator='threefry'"):
