@@ -136,6 +136,8 @@ def _one_of(*choices: str) -> tuple[Any, str]:
   return (lambda v: v in choices), "one of " + ", ".join(repr(c) for c in choices)
 
 
+DROPOUT_GENERATORS = ("hash", "threefry")  # dropout.py draws masks with either
+
 _POSITIVE_INT = (_positive, "a positive integer")
 _POSITIVE_NUMBER = (_positive, "a positive number")
 _FRACTION = (_fraction, "a number in [0, 1)")
@@ -146,7 +148,7 @@ FIELD_RULES: dict[str, tuple[Any, str]] = {
     "num_layers": _POSITIVE_INT, "d_model": _POSITIVE_INT, "d_ff": _POSITIVE_INT,
     "num_heads": _POSITIVE_INT, "d_k": _POSITIVE_INT, "d_v": _POSITIVE_INT,
     "dropout_rate": _FRACTION, "attention_dropout_rate": _FRACTION,
-    "dropout_generator": _one_of("hash", "threefry"),
+    "dropout_generator": _one_of(*DROPOUT_GENERATORS),
     "positional_encoding": _one_of("sinusoidal", "learned"),
     "max_len": _POSITIVE_INT,
     "dtype": _one_of("float32", "bfloat16"),

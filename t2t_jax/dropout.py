@@ -33,8 +33,9 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from t2t_jax.configs import DROPOUT_GENERATORS as GENERATORS
+
 Array = jax.Array
-GENERATORS = ("hash", "threefry")
 
 
 def _mix(x: Array) -> Array:
