@@ -4,6 +4,7 @@ The search is written against a step function
 
   step_fn(cache, tokens [rows], position) -> (logits [rows, vocab], cache)
 
+(or logits `next_token.VocabMajor` [vocab, rows], which beam search reads faster),
 whose cache is a pytree with a leading `rows` dim on every leaf: the model's
 `decode_step` with `cfg` and `params` bound (`translate_batch`), the uncached
 reference `uncached_decoder`, or a toy function in the tests. Beams are rows
@@ -36,16 +37,14 @@ from t2t_jax import configs
 from t2t_jax import decode_cache
 from t2t_jax import in_flight as in_flight_lib
 from t2t_jax import model
-from t2t_jax import topk
+from t2t_jax import next_token
 from t2t_jax.buckets import BUCKET_LENGTHS
 from t2t_jax.ids import EOS_ID, PAD_ID
 
 Array = jax.Array
-StepFn = Callable[[Any, Array, Array], tuple[Array, Any]]
+StepFn = Callable[[Any, Array, Array], tuple[next_token.Logits, Any]]
 
-# Log-probability of impossible hypotheses: finite, so sums and divisions of it
-# never make NaN, and far below any real log-probability of a float32 softmax.
-NEG_INF = -1.0e9
+NEG_INF = next_token.NEG_INF
 
 
 def length_penalty(length: Array, alpha: float) -> Array:
@@ -74,8 +73,7 @@ def _previous_tokens(seqs: Array, step: Array) -> Array:
 
 def _next_log_probs(step_fn: StepFn, cache: Any, tokens: Array, step: Array) -> tuple[Array, Any]:
   logits, cache = step_fn(cache, tokens, step)
-  log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # [rows, vocab]
-  return log_probs.at[:, PAD_ID].set(NEG_INF), cache
+  return next_token.log_probs(logits), cache                          # [rows, vocab]
 
 
 # ------------------------------------------------------------------------ greedy
@@ -150,17 +148,17 @@ def _gather_beams(x: Array, beam_index: Array) -> Array:
   return jnp.take_along_axis(x, index, axis=1, mode="clip")
 
 
-def _top_extensions(log_probs: Array, s: BeamState, n: int) -> tuple[Array, Array, Array]:
+def _top_extensions(beam_best: Array, beam_token: Array, s: BeamState,
+                    n: int) -> tuple[Array, Array, Array]:
   """The n best (log-prob, beam, token) extensions per sentence, best first.
 
-  log_probs [batch, beam, vocab]. In two stages, each beam's best n then the best
-  n of those: every extension in a sentence's best n is within its own beam's
-  best n. Same result as one top-n over beam x vocab, ties included (both prefer
-  the lower beam, then the lower token).
+  beam_best, beam_token [batch, beam, m]: each beam's best min(n, vocab) next
+  tokens and their log-probabilities (`next_token.best`). The second stage takes
+  the best n of those: every extension in a sentence's best n is within its own
+  beam's best n. Same result as one top-n over beam x vocab, ties included (both
+  prefer the lower beam, then the lower token).
   """
-  batch, beams, vocab = log_probs.shape
-  m = min(n, vocab)
-  beam_best, beam_token = topk.top_k(log_probs, m)                     # [batch, beam, m]
+  batch, beams, m = beam_best.shape
   candidates = jnp.where(s.alive_ok[..., None], s.alive_log_prob[..., None] + beam_best, NEG_INF)
   top_log_prob, top_index = jax.lax.top_k(candidates.reshape(batch, beams * m), n)  # [batch, n]
   top_beam = top_index // m
@@ -179,10 +177,11 @@ def _beam_step(step_fn: StepFn, s: BeamState, *, alpha: float, eos_id: int, n_be
   batch, k, _ = s.alive_seqs.shape
   r = 1 if first else k                                                     # cache rows per sentence
   tokens = _previous_tokens(s.alive_seqs[:, :r], s.step).reshape(batch * r)
-  log_probs, cache = _next_log_probs(step_fn, s.cache, tokens, s.step)
-  log_probs = jnp.broadcast_to(log_probs.reshape(batch, r, -1), (batch, k, log_probs.shape[-1]))
+  logits, cache = step_fn(s.cache, tokens, s.step)
   # Each beam has one EOS extension, so the best 2k hold at least k that go on.
-  top_log_prob, top_beam, top_token = _top_extensions(log_probs, s, 2 * k)
+  beam_best, beam_token = (jnp.broadcast_to(x.reshape(batch, r, -1), (batch, k, x.shape[-1]))
+                           for x in next_token.best(logits, 2 * k))    # [batch, k, 2k]
+  top_log_prob, top_beam, top_token = _top_extensions(beam_best, beam_token, s, 2 * k)
   top_ok = _gather_beams(s.alive_ok, top_beam) & (top_token != PAD_ID)
   top_seqs = jax.lax.dynamic_update_index_in_dim(
       _gather_beams(s.alive_seqs, top_beam), top_token, s.step, axis=2)       # [batch, 2k, max_len]
@@ -352,7 +351,9 @@ def _uncached_step(cfg, params, state, tokens, position):
 
 
 def _step_fn(cfg: configs.TransformerConfig, params: Any, cached: bool) -> StepFn:
-  return functools.partial(model.decode_step if cached else _uncached_step, cfg, params)
+  if cached:
+    return functools.partial(model.decode_step, cfg, params, vocab_major=True)
+  return functools.partial(_uncached_step, cfg, params)
 
 
 def chunk_lengths(max_len: int) -> list[int]:

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 from t2t_jax import configs
 from t2t_jax import decode
 from t2t_jax import model
+from t2t_jax import next_token
 
 Array = jax.Array
 
@@ -45,7 +46,8 @@ def ensemble_step(step_fns: Sequence[decode.StepFn]) -> decode.StepFn:
     log_probs, new_caches = [], []
     for step_fn, cache in zip(step_fns, caches, strict=True):
       logits, cache = step_fn(cache, tokens, position)
-      log_probs.append(jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1))
+      log_probs.append(jax.nn.log_softmax(next_token.row_major(logits).astype(jnp.float32),
+                                          axis=-1))
       new_caches.append(cache)
     widths = {lp.shape[-1] for lp in log_probs}
     if len(widths) > 1:
@@ -75,7 +77,8 @@ def init_decoder(members: Sequence[Member], inputs: Array,
   """
   check_compatible(members)
   caches = tuple(model.init_cache(m.cfg, m.params, inputs, max_len) for m in members)
-  steps = [functools.partial(model.decode_step, m.cfg, m.params) for m in members]
+  steps = [functools.partial(model.decode_step, m.cfg, m.params, vocab_major=True)
+           for m in members]
   if len(members) == 1:
     return caches[0], steps[0]
   return caches, ensemble_step(steps)

@@ -3,7 +3,7 @@
     params = init_params(cfg, key)
     logits = Transformer(cfg).apply({"params": params}, inputs, targets, train=False)
     cache = init_cache(cfg, params, inputs, max_decode_len)
-    logits, cache = decode_step(cfg, params, cache, tokens, position)
+    logits, cache = decode_step(cfg, params, cache, tokens, position)  # [rows, vocab]
 
 Every sub-layer is post-norm, `LayerNorm(x + Dropout(Sublayer(x)))`. Token 0 is
 padding; the decoder input is the target shifted right with 0 in front. The
@@ -27,6 +27,7 @@ from jax import lax
 from t2t_jax import decode_cache
 from t2t_jax import dropout as dropout_lib
 from t2t_jax import layers
+from t2t_jax import next_token
 from t2t_jax import step_attention
 from t2t_jax.configs import TransformerConfig
 from t2t_jax.ids import PAD_ID
@@ -362,8 +363,13 @@ class Transformer(nn.Module):
             "self": self_kv,
             "writers": decode_cache.Positions(jnp.zeros((batch, max_decode_len), jnp.int32))}
 
-  def decode_step(self, cache: Cache, tokens: Array, position: Array) -> tuple[Array, Cache]:
-    """tokens [rows] at scalar `position` -> next-token logits [rows, vocab] float32, cache."""
+  def decode_step(self, cache: Cache, tokens: Array, position: Array,
+                  vocab_major: bool = False) -> tuple[next_token.Logits, Cache]:
+    """tokens [rows] at scalar `position` -> next-token logits [rows, vocab] float32, cache.
+
+    `vocab_major`: the logits as `next_token.VocabMajor` [vocab, rows] instead, from
+    the output projection E . y^T, faster for a beam's rows (next_token.py).
+    """
     sentence = cache["sentence"].value
     self_kv = [{name: part.value for name, part in layer.items()} for layer in cache["self"]]
     max_decode_len = self_kv[0]["value"].shape[2]
@@ -384,8 +390,13 @@ class Transformer(nn.Module):
                                    cross_bias)
     self_kv = [{name: part.replace(value=new[name]) for name, part in layer.items()}
                for layer, new in zip(cache["self"], self_kv)]
-    return self._logits(y)[:, 0], {**cache, "self": self_kv,
-                                   "writers": cache["writers"].replace(value=writers)}
+    if vocab_major:
+      kernel = self._output_kernel().astype(y.dtype)
+      logits = next_token.VocabMajor(jnp.einsum("vd,rd->vr", kernel, y[:, 0],
+                                                preferred_element_type=jnp.float32))
+    else:
+      logits = self._logits(y)[:, 0]
+    return logits, {**cache, "self": self_kv, "writers": cache["writers"].replace(value=writers)}
 
 
 # ----------------------------------------------------------------- functional API
@@ -413,7 +424,7 @@ def init_cache(cfg: TransformerConfig, params: Any, inputs: Array, max_decode_le
 
 
 def decode_step(cfg: TransformerConfig, params: Any, cache: Cache, tokens: Array,
-                position: Array) -> tuple[Array, Cache]:
+                position: Array, vocab_major: bool = False) -> tuple[next_token.Logits, Cache]:
   """One decoder position: logits [rows, vocab] float32 for output token `position`.
 
   `tokens` [rows] is the decoder input at `position`: the previous output token,
@@ -421,7 +432,8 @@ def decode_step(cfg: TransformerConfig, params: Any, cache: Cache, tokens: Array
   b*r .. b*r+r-1 translate sentence b) when the "self" part has rows rows, e.g.
   `decode_cache.tile(cache, r)`. `position` is a scalar int (may be traced)
   below the "self" buffer's length; larger values are clamped by
-  `dynamic_update_slice`, not reported.
+  `dynamic_update_slice`, not reported. `vocab_major`: the logits as
+  `next_token.VocabMajor` [vocab, rows], which the searches read faster.
   """
   return Transformer(cfg).apply({"params": params}, cache, tokens, jnp.asarray(position, jnp.int32),
-                                method=Transformer.decode_step)
+                                vocab_major, method=Transformer.decode_step)

@@ -206,7 +206,8 @@ def test_two_stage_top_k_equals_one_top_k_over_beam_times_vocab():
     alive_ok = jnp.asarray(rng.random((5, beams)) < 0.8)
     state = decode.BeamState(*[None] * 3, alive_log_prob, alive_ok, *[None] * 5)
     n = min(8, beams * vocab)
-    top_log_prob, top_beam, top_token = decode._top_extensions(log_probs, state, n)  # pylint: disable=protected-access
+    beam_best = jax.lax.top_k(log_probs, min(n, vocab))
+    top_log_prob, top_beam, top_token = decode._top_extensions(*beam_best, state, n)  # pylint: disable=protected-access
     candidates = jnp.where(alive_ok[..., None], alive_log_prob[..., None] + log_probs,
                            decode.NEG_INF).reshape(5, beams * vocab)
     want_log_prob, want_index = jax.lax.top_k(candidates, n)
@@ -221,10 +222,12 @@ def test_blocked_top_k_equals_lax_top_k_ties_included():
     # Few distinct values (many ties, whole blocks equal), then distinct ones.
     for x in (rng.integers(-3, 1, shape), rng.normal(size=shape)):
       x = jnp.asarray(x, jnp.float32)
-      values, index = topk.top_k(x, n)
-      want_values, want_index = jax.lax.top_k(x, n)
-      np.testing.assert_array_equal(values, want_values)
-      np.testing.assert_array_equal(index, want_index)
+      rows = x.reshape(-1, shape[-1])
+      for got, want in ((topk.top_k(x, n), jax.lax.top_k(x, n)),
+                        # the same rows stored as columns, read in place
+                        (topk.top_k_columns(rows.T, n), jax.lax.top_k(rows, n))):
+        np.testing.assert_array_equal(got[0], want[0])
+        np.testing.assert_array_equal(got[1], want[1])
 
 
 def test_cache_wrappers_tile_reorder_and_resize_only_their_parts():

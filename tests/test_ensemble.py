@@ -12,6 +12,7 @@ from t2t_jax import configs
 from t2t_jax import decode
 from t2t_jax import ensemble
 from t2t_jax import model
+from t2t_jax import next_token
 from t2t_jax.ids import EOS_ID
 
 SMALL = configs.get_config("demo", vocab_size=24, num_layers=2, d_model=32, d_ff=64, num_heads=4,
@@ -44,7 +45,7 @@ def _log_probs(members, inputs, prefix):
   previous = jnp.zeros(inputs.shape[0], jnp.int32)
   for position in range(prefix.shape[1]):
     logits, cache = step_fn(cache, previous, jnp.int32(position))
-    out.append(jax.nn.log_softmax(logits))
+    out.append(jax.nn.log_softmax(next_token.row_major(logits)))
     previous = prefix[:, position]
   return np.asarray(jnp.stack(out), np.float64)
 

@@ -7,7 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import configs, model
+from t2t_jax import configs, model, next_token
 
 # Tiny, with d_k != d_v so that a swapped projection cannot go unnoticed.
 CFG = configs.get_config("demo", vocab_size=23, num_layers=2, d_model=16, d_ff=32, num_heads=2,
@@ -48,14 +48,14 @@ def _forward(cfg):
   return lambda *args: _forward_with_weights(cfg)(*args)[0]
 
 
-def _cached_logits(cfg, params, inputs, targets):
+def _cached_logits(cfg, params, inputs, targets, vocab_major=False):
   """decode_step over every position (traced), feeding the shifted targets: [batch, length, vocab]."""
   # Two spare cache slots: unwritten (zero) keys must stay masked.
   cache = model.init_cache(cfg, params, inputs, targets.shape[1] + 2)
   def body(cache, xs):
     token, position = xs
-    logits, cache = model.decode_step(cfg, params, cache, token, position)
-    return cache, logits
+    logits, cache = model.decode_step(cfg, params, cache, token, position, vocab_major)
+    return cache, next_token.row_major(logits)
   decoder_inputs = model.shift_right(targets).T                        # [length, batch]
   _, logits = jax.lax.scan(body, cache, (decoder_inputs, jnp.arange(targets.shape[1])))
   return jnp.swapaxes(logits, 0, 1)
@@ -114,9 +114,12 @@ def test_fully_padded_rows_give_finite_logits():
 def test_cached_decoding_reproduces_full_forward(cfg):
   params = _params(cfg)
   full = np.asarray(_forward(cfg)(params, INPUTS, TARGETS))
-  cached = np.asarray(jax.jit(functools.partial(_cached_logits, cfg))(params, INPUTS, TARGETS))
   real = np.asarray(TARGETS != 0)
-  np.testing.assert_allclose(cached[real], full[real], atol=1e-5, rtol=1e-5)
+  # Both layouts of the output projection (next_token.VocabMajor is the searches').
+  for vocab_major in (False, True):
+    cached = np.asarray(jax.jit(functools.partial(_cached_logits, cfg, vocab_major=vocab_major))(
+        params, INPUTS, TARGETS))
+    np.testing.assert_allclose(cached[real], full[real], atol=1e-5, rtol=1e-5)
 
 
 def test_cache_leaves_have_leading_batch_and_decode_step_keeps_the_structure():
@@ -129,6 +132,9 @@ def test_cache_leaves_have_leading_batch_and_decode_step_keeps_the_structure():
   logits, new_cache = jax.eval_shape(
       functools.partial(model.decode_step, CFG), params, cache, jnp.zeros((3,), jnp.int32), 0)
   assert logits.shape == (3, 23) and logits.dtype == jnp.float32
+  major, _ = jax.eval_shape(functools.partial(model.decode_step, CFG, vocab_major=True), params,
+                            cache, jnp.zeros((3,), jnp.int32), 0)
+  assert isinstance(major, next_token.VocabMajor) and major.logits.shape == (23, 3)
   assert jax.tree.structure(new_cache) == jax.tree.structure(cache)
   assert jax.tree.map(lambda a, b: a.shape == b.shape, new_cache, cache)
 
