@@ -263,13 +263,16 @@ def _before_first_step(state: BeamState, shared: bool) -> bool:
 
 
 def beam_run(step_fn: StepFn, state: BeamState, *, until: int, alpha: float = 0.6,
-             eos_id: int = EOS_ID, n_best: int = 1, shared: bool = True) -> BeamState:
+             eos_id: int = EOS_ID, n_best: int = 1, shared: bool = True,
+             stop_at_live: int = 0) -> BeamState:
   """Steps until position `until` (exclusive) or until every sentence has stopped.
 
   The cache's Positions buffers are resized to `until` first (decode_cache.py),
   so a search can run in chunks whose self-attention covers the filled prefix
   rather than the whole output length; `until` must not fall below the state's
   step (a shorter buffer would lose keys/values already written).
+  `stop_at_live`: also stop once at most this many sentences are still being
+  decoded, so that the caller can `narrow` the batch to them.
   """
   _check_settings(alpha, state.alive_seqs.shape[1], n_best)
   until = min(until, state.alive_seqs.shape[2])
@@ -279,7 +282,24 @@ def beam_run(step_fn: StepFn, state: BeamState, *, until: int, alpha: float = 0.
                            shared=shared)
   if _before_first_step(state, shared):
     state = step(state, first=True)
-  return jax.lax.while_loop(lambda s: (s.step < until) & ~jnp.all(s.sentence_done), step, state)
+  return jax.lax.while_loop(
+      lambda s: (s.step < until) & (jnp.sum(~s.sentence_done) > stop_at_live), step, state)
+
+
+def narrow(state: BeamState, sentences: Array) -> BeamState:
+  """The search of `sentences` [new_batch] int32 alone (indices of the batch's sentences).
+
+  Each keeps its hypotheses and cache rows (decode_cache.take_sentences), so the
+  search goes on as it would have in the whole batch: dropping stopped sentences
+  saves their share of every later step.
+  """
+  batch = state.limits.shape[0]
+  r = decode_cache.rows(state.cache) // batch                    # 1 before the first step
+  take = lambda x: jnp.take(x, sentences, axis=0, mode="clip")
+  per_sentence = {name: take(getattr(state, name)) for name in BeamState._fields
+                  if name not in ("step", "cache")}
+  return state._replace(cache=decode_cache.take_sentences(state.cache, sentences, r),
+                        **per_sentence)
 
 
 def beam_search(step_fn: StepFn, cache: Any, *, beam_size: int = 4, alpha: float = 0.6,
@@ -370,46 +390,92 @@ def chunk_lengths(max_len: int) -> list[int]:
 
 
 @functools.partial(jax.jit, static_argnames=("cfg", "beam_size", "alpha", "max_len", "until",
-                                             "n_best", "cached"))
+                                             "n_best", "cached", "stop_at_live"))
 def _start(params, inputs, max_lens, *, cfg, beam_size, alpha, max_len, until, n_best,
-           cached) -> BeamState:
+           cached, stop_at_live) -> BeamState:
   """The encoder, then the search's first chunk: positions below `until`."""
   if cached:
     cache = decode_cache.resize(model.init_cache(cfg, params, inputs, max_len), until)
   else:
     cache, _ = uncached_decoder(cfg, params, inputs, max_len)
   state = beam_start(cache, beam_size=beam_size, max_len=max_len, max_lens=max_lens)
-  return beam_run(_step_fn(cfg, params, cached), state, until=until, alpha=alpha, n_best=n_best)
+  return beam_run(_step_fn(cfg, params, cached), state, until=until, alpha=alpha, n_best=n_best,
+                  stop_at_live=stop_at_live)
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "alpha", "until", "n_best", "cached"))
-def _run(params, state, *, cfg, alpha, until, n_best, cached) -> BeamState:
-  return beam_run(_step_fn(cfg, params, cached), state, until=until, alpha=alpha, n_best=n_best)
+@functools.partial(jax.jit, static_argnames=("cfg", "alpha", "until", "n_best", "cached",
+                                             "stop_at_live"))
+def _run(params, state, *, cfg, alpha, until, n_best, cached, stop_at_live) -> BeamState:
+  return beam_run(_step_fn(cfg, params, cached), state, until=until, alpha=alpha, n_best=n_best,
+                  stop_at_live=stop_at_live)
+
+
+_narrow = jax.jit(narrow)
+
+# Sentences below which a batch is not narrowed further: a smaller batch saves
+# little per step, and each batch size is one more program to compile.
+MIN_NARROWED = 8
+
+
+def _narrowed_size(batch: int, live: int) -> int:
+  """The batch size a search of `batch` sentences goes on with when `live` of them are left."""
+  while batch // 2 >= max(live, MIN_NARROWED):
+    batch //= 2
+  return batch
+
+
+def _narrow_at(batch: int) -> int:
+  """How few live sentences make a search of `batch` narrow (`stop_at_live`); 0: never."""
+  return batch // 2 if batch // 2 >= MIN_NARROWED else 0
 
 
 def _beam_decode(params: Any, inputs: Array, max_lens: Array, *, cfg: configs.TransformerConfig,
-                 beam_size: int, alpha: float, max_len: int, n_best: int,
-                 cached: bool) -> tuple[Array, Array]:
+                 beam_size: int, alpha: float, max_len: int, n_best: int, cached: bool,
+                 narrow_batch: bool) -> tuple[Array, Array]:
   """`beam_search` in chunks of growing cache length, each chunk a program of its own.
 
   Stops after the chunk where every sentence has stopped, so the programs for
   longer caches are neither run nor compiled for batches that never need them.
+  `narrow_batch`: whenever at most half of the batch is still being decoded, the
+  search goes on with those sentences alone, in a batch half as large (or
+  smaller, down to MIN_NARROWED sentences). The translations are the same and
+  the stopped sentences cost no more steps; each narrower batch is one more
+  program to compile.
   """
-  first, *rest = chunk_lengths(max_len)
+  chunks = chunk_lengths(max_len)
   settings = dict(cfg=cfg, alpha=alpha, n_best=n_best, cached=cached)
-  state = _start(params, inputs, max_lens, beam_size=beam_size, max_len=max_len, until=first,
-                 **settings)
-  for until in rest:
-    if np.all(np.asarray(state.sentence_done)):
+  batch = inputs.shape[0]
+  tokens = np.zeros((batch, n_best, max_len), np.int32)
+  scores = np.zeros((batch, n_best), np.float32)
+  rows = np.arange(batch)                          # the input row of each sentence searched
+
+  def record(state: BeamState, which: np.ndarray) -> None:
+    tokens[rows[which]] = np.asarray(state.done_seqs)[which, :n_best]
+    scores[rows[which]] = np.asarray(state.done_score)[which, :n_best]
+
+  narrow_at = _narrow_at if narrow_batch else (lambda size: 0)
+  state = _start(params, inputs, max_lens, beam_size=beam_size, max_len=max_len,
+                 until=chunks[0], stop_at_live=narrow_at(batch), **settings)
+  while True:
+    done = np.asarray(state.sentence_done)
+    if done.all():
       break
-    state = _run(params, state, until=until, **settings)
-  return np.asarray(state.done_seqs)[:, :n_best], np.asarray(state.done_score)[:, :n_best]
+    live = np.flatnonzero(~done)
+    size = _narrowed_size(len(rows), len(live)) if narrow_batch else len(rows)
+    if size < len(rows):  # go on with the live sentences, filled up with stopped ones
+      keep = np.concatenate([live, np.flatnonzero(done)[:size - len(live)]])
+      record(state, np.setdiff1d(np.arange(len(rows)), keep))
+      state, rows = _narrow(state, jnp.asarray(keep, jnp.int32)), rows[keep]
+    until = next(c for c in chunks if c > int(state.step))
+    state = _run(params, state, until=until, stop_at_live=narrow_at(len(rows)), **settings)
+  record(state, np.arange(len(rows)))
+  return tokens, scores
 
 
 def translate_batch(cfg: configs.TransformerConfig, params: Any, inputs: Array, *,
                     beam_size: Optional[int] = None, alpha: Optional[float] = None,
                     max_decode_extra: Optional[int] = None, n_best: int = 1,
-                    cached: bool = True) -> tuple[Array, Array]:
+                    cached: bool = True, narrow_batch: bool = True) -> tuple[Array, Array]:
   """Beam search for one batch of source ids [batch, length] (EOS-terminated, 0-padded).
 
   Settings default to the config's (beam 4, alpha 0.6, input length + 50). Each
@@ -417,7 +483,9 @@ def translate_batch(cfg: configs.TransformerConfig, params: Any, inputs: Array, 
   tokens, capped by the model's cfg.max_len positions. Returns NumPy tokens
   [batch, n_best, max_len] and scores [batch, n_best] as `beam_search`; an
   all-padding (filler) row stops after one token. The search runs in chunks
-  (`chunk_lengths`), each a program of its own.
+  (`chunk_lengths`), each a program of its own, and with `narrow_batch` (the
+  default) goes on with fewer sentences once half of them have stopped
+  (`_beam_decode`; False saves those programs' compilation where it matters more).
   """
   inputs = np.asarray(inputs, np.int32)
   if inputs.ndim != 2:
@@ -434,7 +502,7 @@ def translate_batch(cfg: configs.TransformerConfig, params: Any, inputs: Array, 
       params, jnp.asarray(inputs), jnp.asarray(max_lens), cfg=cfg,
       beam_size=cfg.beam_size if beam_size is None else beam_size,
       alpha=float(cfg.alpha if alpha is None else alpha), max_len=max_len, n_best=n_best,
-      cached=cached)
+      cached=cached, narrow_batch=narrow_batch)
 
 
 def strip_eos(tokens: Sequence[int]) -> list[int]:
@@ -456,7 +524,7 @@ def decode_ids(cfg: configs.TransformerConfig, params: Any, sources: Sequence[Se
   cfg.decode_batch_size), `in_flight` batches at once (in_flight.py); batch
   shapes are rounded up to a few buckets so that a test set compiles a handful
   of programs. `search` goes to `translate_batch` (beam_size, alpha,
-  max_decode_extra).
+  max_decode_extra, narrow_batch).
   """
   batch_size = cfg.decode_batch_size if batch_size is None else batch_size
   too_long = [i for i, s in enumerate(sources) if len(s) + 1 > cfg.max_len]

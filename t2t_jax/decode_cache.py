@@ -96,6 +96,22 @@ def take_rows(cache: Any, rows: Array, *, shared: bool = True) -> Any:
                   unordered=not shared)
 
 
+def take_sentences(cache: Any, sentences: Array, r: int) -> Any:
+  """The cache of `sentences` [new_batch] int32 (indices of the batch's sentences) alone.
+
+  PerSentence parts keep those sentences, every per-row part (Unordered included)
+  the r rows of each, in order: a search narrows its batch to the sentences it
+  still decodes, and each keeps its rows and the step function's records of them.
+  """
+  row_index = (sentences[:, None] * r + jnp.arange(r)).reshape(-1)
+
+  def visit(x):
+    pick = sentences if isinstance(x, PerSentence) else row_index
+    take = lambda leaf: jnp.take(leaf, pick, axis=0, mode="clip")
+    return x.replace(value=jax.tree.map(take, x.value)) if _is_wrapper(x) else take(x)
+  return jax.tree.map(visit, cache, is_leaf=_is_wrapper)
+
+
 def rows(cache: Any, *, shared: bool = True) -> int | None:
   """The leading dim of the per-row leaves (None without any); they must agree."""
   found = set()
