@@ -475,7 +475,7 @@ def _beam_decode(params: Any, inputs: Array, max_lens: Array, *, cfg: configs.Tr
 def translate_batch(cfg: configs.TransformerConfig, params: Any, inputs: Array, *,
                     beam_size: Optional[int] = None, alpha: Optional[float] = None,
                     max_decode_extra: Optional[int] = None, n_best: int = 1,
-                    cached: bool = True, narrow_batch: bool = True) -> tuple[Array, Array]:
+                    cached: bool = True, narrow_batch: bool = False) -> tuple[Array, Array]:
   """Beam search for one batch of source ids [batch, length] (EOS-terminated, 0-padded).
 
   Settings default to the config's (beam 4, alpha 0.6, input length + 50). Each
@@ -483,9 +483,11 @@ def translate_batch(cfg: configs.TransformerConfig, params: Any, inputs: Array, 
   tokens, capped by the model's cfg.max_len positions. Returns NumPy tokens
   [batch, n_best, max_len] and scores [batch, n_best] as `beam_search`; an
   all-padding (filler) row stops after one token. The search runs in chunks
-  (`chunk_lengths`), each a program of its own, and with `narrow_batch` (the
-  default) goes on with fewer sentences once half of them have stopped
-  (`_beam_decode`; False saves those programs' compilation where it matters more).
+  (`chunk_lengths`), each a program of its own. `narrow_batch`: go on with
+  fewer sentences once half of them have stopped (`_beam_decode`): 1.1x faster
+  on the demo test set once compiled, but each narrower batch is a program more
+  to compile, which a single pass over a test set pays several times over
+  (docs/benchmarks.md), hence off by default.
   """
   inputs = np.asarray(inputs, np.int32)
   if inputs.ndim != 2:

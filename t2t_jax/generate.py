@@ -39,7 +39,9 @@ class Search:
   sentence instead (temperature, top_k: `sampling.sample`); the j-th sample of
   the sentence with id i uses the key fold_in(fold_in(key(seed), i), j), so it
   does not depend on the batch it was decoded in. Each output has at most
-  (source length + EOS) + max_decode_extra tokens.
+  (source length + EOS) + max_decode_extra tokens. `narrow_batch`: one model's
+  beam search goes on with fewer sentences once half of a batch has stopped
+  (`decode.translate_batch`).
   """
   beam_size: int = 4
   alpha: float = 0.6
@@ -49,6 +51,7 @@ class Search:
   temperature: float = 1.0
   top_k: int = 0
   seed: int = 0
+  narrow_batch: bool = False
 
   def __post_init__(self):
     if self.n_best < 1:
@@ -124,7 +127,8 @@ def decode_batch(members: Sequence[Member], inputs: Any, search: Search,
     # One model: the project's one beam-search path (the one evaluation takes).
     out = decode.translate_batch(members[0].cfg, members[0].params, inputs,
                                  beam_size=search.beam_size, alpha=search.alpha,
-                                 max_decode_extra=search.max_decode_extra, n_best=search.n_best)
+                                 max_decode_extra=search.max_decode_extra, n_best=search.n_best,
+                                 narrow_batch=search.narrow_batch)
     return np.asarray(out[0]), np.asarray(out[1])
   params = tuple(m.params for m in members)
   cfgs = tuple(m.cfg for m in members)

@@ -361,8 +361,7 @@ def test_narrowing_to_the_live_sentences_changes_nothing(tiny_params, monkeypatc
   """Sentences that stop at different steps: the search drops them as it goes, same results."""
   inputs = _batch(_random_sources(3, [7, 0, 1, 5, 2, 6, 0, 3]), width=8)
   settings = dict(max_decode_extra=6, n_best=3)
-  want_tokens, want_scores = decode.translate_batch(TINY, tiny_params, inputs,
-                                                    narrow_batch=False, **settings)
+  want_tokens, want_scores = decode.translate_batch(TINY, tiny_params, inputs, **settings)
   sizes = []
   narrow = decode._narrow  # pylint: disable=protected-access
   monkeypatch.setattr(decode, "_narrow", lambda state, keep: sizes.append(len(keep)) or
@@ -370,7 +369,7 @@ def test_narrowing_to_the_live_sentences_changes_nothing(tiny_params, monkeypatc
   monkeypatch.setattr(decode, "MIN_NARROWED", 1)
   # Chunks too: a narrower batch's buffers still grow where the search needs them.
   monkeypatch.setattr(decode, "chunk_lengths", lambda max_len: [2, 4, 8, max_len])
-  tokens, scores = decode.translate_batch(TINY, tiny_params, inputs, **settings)
+  tokens, scores = decode.translate_batch(TINY, tiny_params, inputs, narrow_batch=True, **settings)
   assert sizes and sizes == sorted(sizes, reverse=True) and sizes[0] <= 4
   np.testing.assert_array_equal(tokens, want_tokens)
   np.testing.assert_allclose(scores, want_scores, rtol=1e-6)
