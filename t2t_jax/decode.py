@@ -71,11 +71,6 @@ def _previous_tokens(seqs: Array, step: Array) -> Array:
   return jnp.where(step == 0, PAD_ID, prev)
 
 
-def _next_log_probs(step_fn: StepFn, cache: Any, tokens: Array, step: Array) -> tuple[Array, Any]:
-  logits, cache = step_fn(cache, tokens, step)
-  return next_token.log_probs(logits), cache                          # [rows, vocab]
-
-
 # ------------------------------------------------------------------------ greedy
 
 
@@ -110,7 +105,8 @@ def token_by_token(step_fn: StepFn, cache: Any, choose: Callable[[Array, Array],
 
   def body(state):
     step, seqs, log_prob, done, cache = state
-    log_probs, cache = _next_log_probs(step_fn, cache, _previous_tokens(seqs, step), step)
+    logits, cache = step_fn(cache, _previous_tokens(seqs, step), step)
+    log_probs = next_token.log_probs(logits)                            # [rows, vocab]
     token = choose(log_probs, step).astype(jnp.int32)                         # [rows]
     token_log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
     token = jnp.where(done, PAD_ID, token)
