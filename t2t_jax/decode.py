@@ -38,7 +38,7 @@ from t2t_jax import decode_cache
 from t2t_jax import in_flight as in_flight_lib
 from t2t_jax import model
 from t2t_jax import next_token
-from t2t_jax.buckets import BUCKET_LENGTHS
+from t2t_jax.buckets import BUCKET_LENGTHS, bucket_length
 from t2t_jax.ids import EOS_ID, PAD_ID
 
 Array = jax.Array
@@ -513,6 +513,21 @@ def strip_eos(tokens: Sequence[int]) -> list[int]:
   return out
 
 
+def source_rows(sources: Sequence[Sequence[int]], batch_size: int, max_len: int) -> np.ndarray:
+  """EOS-terminated id rows [rows, width] int32 of a decoding batch, padded with PAD.
+
+  width: the bucket (buckets.py) of the longest source with EOS, at most
+  max_len; rows: a power of two, at most batch_size. Each shape is a program
+  to compile, so they come from short series; the width follows the sources
+  closely because the encoder and every step's cross-attention pay for it.
+  """
+  width = min(bucket_length(max(len(s) for s in sources) + 1), max_len)
+  inputs = np.zeros((min(batch_size, 1 << (len(sources) - 1).bit_length()), width), np.int32)
+  for row, ids in enumerate(sources):
+    inputs[row, :len(ids) + 1] = [*ids, EOS_ID]
+  return inputs
+
+
 def decode_ids(cfg: configs.TransformerConfig, params: Any, sources: Sequence[Sequence[int]], *,
                batch_size: Optional[int] = None, cached: bool = True,
                in_flight: int = in_flight_lib.DEFAULT, **search: Any) -> list[list[int]]:
@@ -533,18 +548,13 @@ def decode_ids(cfg: configs.TransformerConfig, params: Any, sources: Sequence[Se
   chunks = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
 
   def best(chunk: list[int]) -> np.ndarray:
-    # Widths 8, 16, 32, ...: each is a program to compile, and padding the sources
-    # costs only encoder work, done once per batch.
-    width = min(max(8, 1 << (max(len(sources[i]) for i in chunk)).bit_length()), cfg.max_len)
-    rows = min(batch_size, 1 << (len(chunk) - 1).bit_length())
-    inputs = np.zeros((rows, width), np.int32)
-    for row, i in enumerate(chunk):
-      inputs[row, :len(sources[i]) + 1] = [*sources[i], EOS_ID]
+    inputs = source_rows([sources[i] for i in chunk], batch_size, cfg.max_len)
     tokens, _ = translate_batch(cfg, params, inputs, cached=cached, **search)
     return np.asarray(tokens[:, 0])
 
   results: list[list[int]] = [[] for _ in sources]
-  for chunk, tokens in zip(chunks, in_flight_lib.ordered_map(best, chunks, in_flight)):
+  cost = lambda chunk: len(chunk) * len(sources[chunk[-1]])  # sentences x longest source
+  for chunk, tokens in zip(chunks, in_flight_lib.ordered_map(best, chunks, in_flight, cost)):
     for row, i in enumerate(chunk):
       results[i] = strip_eos(tokens[row])
   return results

@@ -34,8 +34,7 @@ from t2t_jax import decode
 from t2t_jax import generate
 from t2t_jax import in_flight as in_flight_lib
 from t2t_jax import vocab
-from t2t_jax.buckets import bucket_length
-from t2t_jax.ids import EOS_ID, UNK_ID
+from t2t_jax.ids import UNK_ID
 
 log = logging.getLogger(__name__)
 
@@ -118,20 +117,11 @@ def encode_line(tokenizer: vocab.Tokenizer, line: str, limit: int, number: int,
 # ------------------------------------------------------------------ the stream
 
 
-def _rows(sources: Sequence[Sequence[int]], batch_size: int, limit: int) -> np.ndarray:
-  """EOS-terminated rows, padded to a bucketed width and a power-of-two row count."""
-  width = min(bucket_length(max(len(s) for s in sources) + 1), limit)
-  inputs = np.zeros((min(batch_size, 1 << (len(sources) - 1).bit_length()), width), np.int32)
-  for row, ids in enumerate(sources):
-    inputs[row, :len(ids) + 1] = [*ids, EOS_ID]
-  return inputs
-
-
 def _translate_batch(members: Sequence[generate.Member], tokenizer: vocab.Tokenizer,
                      indices: Sequence[int], sources: Sequence[list[int]],
                      words: Sequence[Optional[list[int]]], search: generate.Search,
                      batch_size: int, aligned: Optional[Alignments]) -> list[list[Hypothesis]]:
-  inputs = _rows(sources, batch_size, generate.max_positions(members))
+  inputs = decode.source_rows(sources, batch_size, generate.max_positions(members))
   ids = np.zeros(len(inputs), np.int64)
   ids[:len(indices)] = indices
   tokens, scores = generate.decode_batch(members, inputs, search, ids=ids)
@@ -165,7 +155,8 @@ def _translate_window(members, tokenizer, lines: Sequence[str], first: int, *,
   translate = lambda chunk: _translate_batch(
       members, tokenizer, [first + k for k in chunk], [encoded[k][0] for k in chunk],
       [encoded[k][1] for k in chunk], search, batch_size, aligned)
-  for chunk, done in zip(chunks, in_flight_lib.ordered_map(translate, chunks, in_flight)):
+  cost = lambda chunk: len(chunk) * len(encoded[chunk[-1]][0])  # sentences x longest source
+  for chunk, done in zip(chunks, in_flight_lib.ordered_map(translate, chunks, in_flight, cost)):
     for k, hypotheses in zip(chunk, done):
       results[k] = hypotheses
   return [Translation(first + k, hypotheses) for k, hypotheses in enumerate(results)]

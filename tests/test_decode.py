@@ -331,6 +331,18 @@ def test_decode_ids_restores_input_order(tiny_params):
     decode.decode_ids(TINY, tiny_params, [[5] * TINY.max_len])
 
 
+def test_source_rows_pad_to_the_bucket_of_the_longest_source():
+  # 43 ids + EOS fit the bucket 48 (not the power of two 64); 3 rows round up to 4.
+  rows = decode.source_rows([[5] * 43, [6] * 7, []], batch_size=64, max_len=128)
+  assert rows.shape == (4, 48) and rows.dtype == np.int32
+  assert rows[0, 42:45].tolist() == [5, EOS_ID, 0]
+  assert rows[1, :9].tolist() == [6] * 7 + [EOS_ID, 0]
+  assert rows[2, 0] == EOS_ID and not rows[3].any()          # the filler row is all padding
+  assert decode.source_rows([[5] * 3], batch_size=64, max_len=128).shape == (1, 8)
+  assert decode.source_rows([[5] * 90], batch_size=64, max_len=96).shape == (1, 96)
+  assert decode.source_rows([[5]] * 17, batch_size=24, max_len=128).shape[0] == 24
+
+
 def test_shared_and_chunked_searches_equal_the_tiled_reference(tiny_params, monkeypatch):
   """Cross-attention shared by the beams and a cache grown in chunks change nothing."""
   inputs = jnp.asarray(_batch(_random_sources(2, [7, 3, 0, 5]), width=8))

@@ -45,3 +45,35 @@ def test_an_error_in_one_call_is_raised_and_later_calls_are_not_made():
   assert len(started) < 20  # the batches still queued were dropped
   with pytest.raises(ValueError, match="in_flight=0 must be >= 1"):
     in_flight.ordered_map(fn, range(4), in_flight=0)
+
+
+def test_costliest_calls_start_first_and_results_stay_in_input_order():
+  started, lock = [], threading.Lock()
+
+  def fn(item):
+    with lock:
+      started.append(item)
+    return item * 10
+
+  costs = [3, 9, 1, 7, 5, 2]
+  assert in_flight.ordered_map(fn, range(6), in_flight=2, cost=lambda i: costs[i]) == \
+      [0, 10, 20, 30, 40, 50]
+  # Two workers take the calls in the order they were queued: item 1 (cost 9)
+  # first, item 2 (cost 1) last; in input order item 0 would start first.
+  assert started.index(1) < started.index(2)
+  assert set(started[:2]) == {1, 3}
+
+
+def test_with_costs_an_error_still_drops_the_calls_not_yet_started():
+  started = []
+
+  def fn(item):
+    started.append(item)
+    if item == 19:  # the costliest: the first to start
+      raise ValueError("bad batch 19")
+    time.sleep(0.2)
+    return item
+
+  with pytest.raises(ValueError, match="bad batch 19"):
+    in_flight.ordered_map(fn, range(20), in_flight=2, cost=lambda i: i)
+  assert started[0] in (18, 19) and len(started) < 20
