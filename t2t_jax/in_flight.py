@@ -48,11 +48,14 @@ def ordered_map(fn: Callable[[Item], Result], items: Iterable[Item],
   with concurrent.futures.ThreadPoolExecutor(min(in_flight, len(items)),
                                              thread_name_prefix="t2t_jax-decode") as pool:
     futures = [None] * len(items)
-    for i in start:
-      futures[i] = pool.submit(fn, items[i])
-    concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
-    for future in futures:  # after an error: the calls not yet started are dropped
-      future.cancel()
+    try:
+      for i in start:
+        futures[i] = pool.submit(fn, items[i])
+      concurrent.futures.wait(futures, return_when=concurrent.futures.FIRST_EXCEPTION)
+    finally:  # after an error in a call or here (Ctrl-C): the calls not yet started are dropped
+      for future in futures:
+        if future is not None:
+          future.cancel()
     failed = [f for f in futures if not f.cancelled() and f.done() and f.exception()]
     if failed:
       raise failed[0].exception()  # leaving the pool waits for the calls under way

@@ -77,3 +77,20 @@ def test_with_costs_an_error_still_drops_the_calls_not_yet_started():
   with pytest.raises(ValueError, match="bad batch 19"):
     in_flight.ordered_map(fn, range(20), in_flight=2, cost=lambda i: i)
   assert started[0] in (18, 19) and len(started) < 20
+
+
+def test_an_interrupt_while_waiting_drops_the_calls_not_yet_started(monkeypatch):
+  started = []
+
+  def fn(item):
+    started.append(item)
+    time.sleep(0.2)
+    return item
+
+  def interrupted(*args, **kwargs):  # Ctrl-C arrives while the results are awaited
+    raise KeyboardInterrupt
+
+  monkeypatch.setattr(in_flight.concurrent.futures, "wait", interrupted)
+  with pytest.raises(KeyboardInterrupt):
+    in_flight.ordered_map(fn, range(20), in_flight=2)
+  assert len(started) < 20
