@@ -77,7 +77,10 @@ def init_decoder(members: Sequence[Member], inputs: Array,
   """
   check_compatible(members)
   caches = tuple(model.init_cache(m.cfg, m.params, inputs, max_len) for m in members)
-  steps = [functools.partial(model.decode_step, m.cfg, m.params, vocab_major=True)
+  # One model's logits go to the search as they are, vocabulary-major (read in
+  # place, next_token.py); an ensemble averages row-major log-probabilities.
+  vocab_major = len(members) == 1
+  steps = [functools.partial(model.decode_step, m.cfg, m.params, vocab_major=vocab_major)
            for m in members]
   if len(members) == 1:
     return caches[0], steps[0]
