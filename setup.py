@@ -24,9 +24,9 @@ setuptools.setup(
     extras_require={"export": _requirements("requirements-export.txt")},
     entry_points={
         "console_scripts": [
-            "t2t-translate=t2t_jax.translate:main",
-            "t2t-average-checkpoints=t2t_jax.checkpoint_cli:main",
-            "t2t-export=t2t_jax.export_cli:main",
+            "t2t-translate=t2t_jax.cli.translate:main",
+            "t2t-average-checkpoints=t2t_jax.cli.average:main",
+            "t2t-export=t2t_jax.cli.export:main",
         ],
     },
 )

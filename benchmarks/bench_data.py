@@ -22,7 +22,8 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from t2t_jax import configs, data  # noqa: E402
+from t2t_jax import configs  # noqa: E402
+from t2t_jax.data import dataset as data
 
 
 def main() -> None:

@@ -32,7 +32,7 @@ differ.
 
 `--ctranslate2` (needs `pip install -e .[export]`) instead runs our beam search
 and CTranslate2 (float32 and int8) side by side on the same model exported with
-t2t_jax.export, the same sentences, beam and batch size, and prints the ratio
+t2t_jax.export.convert, the same sentences, beam and batch size, and prints the ratio
 (ours / CTranslate2). With `--workdir`, a trained model translates the first
 `--sentences` lines of its demo test set (no length penalty in either engine, so
 both rank hypotheses the same way; the translations are compared too); without,
@@ -102,8 +102,10 @@ def measure_random(name: str, args) -> list[dict]:
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import numpy as np  # pylint: disable=import-outside-toplevel
-  from t2t_jax import configs, decode, model  # pylint: disable=import-outside-toplevel
+  from t2t_jax import configs  # pylint: disable=import-outside-toplevel
+  from t2t_jax.decoding import decode
   from t2t_jax.ids import EOS_ID  # pylint: disable=import-outside-toplevel
+  from t2t_jax.model import transformer as model
 
   cfg = configs.get_config(name)
   if not cfg.share_embeddings:
@@ -141,7 +143,11 @@ def measure_random(name: str, args) -> list[dict]:
 def measure_testset(args) -> list[dict]:
   """The work directory's test set: one cold pass, then the best of `repeats` warm ones."""
   import numpy as np  # pylint: disable=import-outside-toplevel
-  from t2t_jax import checkpoint, configs, decode, evaluate, vocab  # pylint: disable=import-outside-toplevel
+  from t2t_jax import configs  # pylint: disable=import-outside-toplevel
+  from t2t_jax.data import vocab
+  from t2t_jax.decoding import decode
+  from t2t_jax.inference import bleu as evaluate
+  from t2t_jax.runtime import checkpoint
 
   def read_lines(path):
     return path.read_text(encoding="utf-8").splitlines()
@@ -294,7 +300,8 @@ def main() -> None:
 @functools.cache
 def _jitted_search():
   import jax  # pylint: disable=import-outside-toplevel
-  from t2t_jax import decode, model  # pylint: disable=import-outside-toplevel
+  from t2t_jax.decoding import decode  # pylint: disable=import-outside-toplevel
+  from t2t_jax.model import transformer as model
 
   @functools.partial(jax.jit, static_argnames=("cfg", "beam_size", "output_len", "cached"))
   def search(params, inputs, *, cfg, beam_size, output_len, cached):
@@ -334,7 +341,7 @@ def _ctranslate2_runs(spec, directory, threads):
   once (inter_threads): the faster of the two is the yardstick.
   """
   import ctranslate2  # pylint: disable=import-outside-toplevel  (the export extra)
-  from t2t_jax import export  # pylint: disable=import-outside-toplevel
+  from t2t_jax.export import convert as export  # pylint: disable=import-outside-toplevel
   export.save_ctranslate2(spec, directory)
   runs = {}
   for kind in ("float32", "int8"):
@@ -348,7 +355,10 @@ def _ctranslate2_runs(spec, directory, threads):
 
 def _trained_workload(args):
   """Ours and CTranslate2 translating real sentences with a trained model: run functions."""
-  from t2t_jax import decode, engines, export, vocab  # pylint: disable=import-outside-toplevel
+  from t2t_jax.data import vocab
+  from t2t_jax.decoding import decode  # pylint: disable=import-outside-toplevel
+  from t2t_jax.export import convert as export
+  from t2t_jax.export import engines
   from t2t_jax.ids import EOS_ID  # pylint: disable=import-outside-toplevel
   cfg, params, spm_path = export.load_workdir(args.workdir)
   tokenizer = vocab.Tokenizer(spm_path)
@@ -380,8 +390,9 @@ def _random_workload(args):
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import numpy as np  # pylint: disable=import-outside-toplevel
-  from t2t_jax import configs, model  # pylint: disable=import-outside-toplevel
+  from t2t_jax import configs  # pylint: disable=import-outside-toplevel
   from t2t_jax.ids import EOS_ID  # pylint: disable=import-outside-toplevel
+  from t2t_jax.model import transformer as model
   cfg = configs.get_config(args.configs.split(",")[0])
   params = jax.jit(functools.partial(model.init_params, cfg))(jax.random.key(0))
   params = jax.device_get(params)
@@ -413,7 +424,7 @@ def _random_workload(args):
 def ctranslate2_side_by_side(args) -> None:
   """Our beam search, then CTranslate2 float32 and int8 on the same model and sentences."""
   import jax  # pylint: disable=import-outside-toplevel
-  from t2t_jax import export  # pylint: disable=import-outside-toplevel
+  from t2t_jax.export import convert as export  # pylint: disable=import-outside-toplevel
   workload = _trained_workload if args.workdir else _random_workload
   cfg, params, tokens, ours, theirs, description = workload(args)
   threads = os.cpu_count() or 1

@@ -7,7 +7,7 @@ For each preset and tokens per device: the train step (pmapped, state donated,
 Adam update included) compiled for one device and one micro-batch of
 `tokens // length` rows of `length` tokens, the longest rows the batches have
 (the worst case at a given token count). Peak = arguments + outputs - aliased
-(the donated state) + temporaries, as `t2t_jax.memory.StepMemory` counts it; this
+(the donated state) + temporaries, as `t2t_jax.train.memory.StepMemory` counts it; this
 is what `memory.resolve_max_tokens_per_device` fits into a device. The figures
 are the compiler's for the backend it runs on: a GPU's compiler fuses and
 schedules differently, so run it there for that device's numbers.
@@ -25,7 +25,8 @@ sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), ".."
 
 import jax  # noqa: E402
 
-from t2t_jax import configs, memory  # noqa: E402
+from t2t_jax import configs  # noqa: E402
+from t2t_jax.train import memory
 
 GiB = 1 << 30
 

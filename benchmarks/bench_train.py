@@ -8,7 +8,7 @@
 Step speed (default): the real pmapped `train_step` (dropout on, Adam update) over
 all local devices, on random token ids in one bucket shape `[rows, length]` per
 device, so the figures are for full, unpadded batches. The first step
-(compilation) is timed apart. MFU = model FLOPs per step (t2t_jax.flops) / step
+(compilation) is timed apart. MFU = model FLOPs per step (t2t_jax.train.flops) / step
 time / (devices x peak); peak comes from flops.PEAK_TFLOPS by device kind, or
 `--peak_tflops`. The paper's batch is 25000 target tokens per step over 8 GPUs,
 i.e. `--tokens_per_device=3125` on 8 devices.
@@ -48,7 +48,11 @@ _ROOT = os.path.dirname(_HERE)
 def bench(name: str, dtype: str, tokens_per_device: int, length: int, num_steps: int,
           peak_tflops: float | None) -> dict:
   import jax  # pylint: disable=import-outside-toplevel
-  from t2t_jax import configs, flops, optim, parallel, steps  # pylint: disable=import-outside-toplevel
+  from t2t_jax import configs  # pylint: disable=import-outside-toplevel
+  from t2t_jax.train import flops
+  from t2t_jax.train import optim
+  from t2t_jax.train import parallel
+  from t2t_jax.train import steps
   cfg = configs.get_config(name, dtype=dtype, peak_tflops=peak_tflops)
   devices = jax.local_device_count()
   rows = max(1, tokens_per_device // length)
@@ -106,7 +110,11 @@ def step_speed(args) -> None:
 
 def worker(args) -> None:
   import jax  # pylint: disable=import-outside-toplevel
-  from t2t_jax import configs, data, optim, parallel, steps  # pylint: disable=import-outside-toplevel
+  from t2t_jax import configs  # pylint: disable=import-outside-toplevel
+  from t2t_jax.data import dataset as data
+  from t2t_jax.train import optim
+  from t2t_jax.train import parallel
+  from t2t_jax.train import steps
   # Each version splits an update into micro-steps as its own preset does (the
   # demo's unrolled micro-steps are part of what a user gets); where a preset
   # leaves that to the memory analysis (None), one micro-step.

@@ -30,8 +30,12 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from t2t_jax import decode, engines, export, inference, model  # noqa: E402
+from t2t_jax.decoding import decode  # noqa: E402
+from t2t_jax.export import convert as export
+from t2t_jax.export import engines
 from t2t_jax.ids import EOS_ID, PAD_ID  # noqa: E402
+from t2t_jax.inference import translator as inference
+from t2t_jax.model import transformer as model
 
 
 def _padded(rows):

@@ -145,7 +145,10 @@ def run_reference(cmd, env, log) -> tuple[float, float]:
 
 def final_state(workdir: pathlib.Path):
   import jax  # pylint: disable=g-import-not-at-top
-  from t2t_jax import checkpoint, optim, steps, workdir as workdir_lib  # pylint: disable=g-import-not-at-top
+  from t2t_jax.runtime import checkpoint  # pylint: disable=g-import-not-at-top
+  from t2t_jax.runtime import workdir as workdir_lib
+  from t2t_jax.train import optim
+  from t2t_jax.train import steps
   cfg = workdir_lib.load_config(workdir)
   abstract = jax.eval_shape(functools.partial(
       steps.create_train_state, cfg, optim.make_optimizer(cfg)), jax.random.key(0))

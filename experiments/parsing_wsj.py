@@ -5,10 +5,10 @@
       --workdir=runs/parsing --config.num_train_steps=50000
 
 The treebank layouts, the pipeline, the outputs and the expected F1:
-t2t_jax/parsing_experiment.py (or `--help`).
+t2t_jax/recipes/parsing.py (or `--help`).
 """
 
-from t2t_jax import parsing_experiment
+from t2t_jax.recipes import parsing as parsing_experiment
 
 
 def main(argv=None):

@@ -12,7 +12,7 @@ parsing or demo (the default: the generated corpus, minutes on a CPU).
 Running the same command again on the same --workdir resumes where it stopped.
 """
 
-from t2t_jax import experiment
+from t2t_jax.recipes import experiment
 
 
 def main(argv=None):

@@ -8,7 +8,7 @@ Same presets and flags as wmt14_ende.py; the dataset is wmt14_translate/fr-en
 P_drop = 0.1 (section 6.1), all overridable with `--config.<field>=<value>`.
 """
 
-from t2t_jax import experiment
+from t2t_jax.recipes import experiment
 
 
 def main(argv=None):

@@ -1,0 +1,1 @@
+"""The console scripts and the one command-line parser (`flags`) they share."""

@@ -1,0 +1,209 @@
+"""The one command line of every script, and the one way a command fails.
+
+    parser = cli.parser("t2t-foo", __doc__, config="demo")  # config=None: no config flags
+    parser.add_argument("--workdir", ...)                    # the script's own flags
+    args = parser.parse_args(argv)
+    cfg = cli.config(args, defaults={...})   # the preset, then `defaults`, then --config.<field>
+    cfg = cli.parse_config(["--config=demo", "--config.d_model=64"])   # config flags alone
+
+`--config=<preset>` names a preset of configs.py and `--config.<field>=<value>`
+sets any field of `TransformerConfig`, typed by the field's annotation. A
+mistake in the command line (an unknown flag, preset or field, a value of the
+wrong type) ends the command with one line naming the flag and what it
+accepts, and exit status 2.
+
+`@cli.command` wraps a script's `main(argv)`: it sets up logging, and turns the
+ordinary exceptions library code raises on bad input or a failed run
+(OSError, ValueError, FloatingPointError, RuntimeError) into one line on
+stderr and exit status 1, and a run stopped by a signal after saving
+(`preemption.Preempted`) into its one line and exit status 128 + the signal
+number. Anything else is a bug and keeps its traceback.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import difflib
+import functools
+import logging
+import os
+import sys
+import typing
+from typing import Any, Callable, Optional, Sequence
+
+from t2t_jax import configs
+from t2t_jax.runtime import preemption
+
+_FIELDS = {f.name: f for f in dataclasses.fields(configs.TransformerConfig)}
+_HINTS = typing.get_type_hints(configs.TransformerConfig)
+_PREFIX = "config."
+# What a command reports in one line; other exceptions are bugs and keep their traceback.
+USER_ERRORS = (OSError, ValueError, FloatingPointError, RuntimeError)
+
+
+class _Parser(argparse.ArgumentParser):
+  """argparse with one-line errors and a clear message for unknown config fields."""
+
+  def error(self, message: str) -> typing.NoReturn:
+    self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+  def parse_args(self, args: Optional[Sequence[str]] = None,
+                 namespace: Optional[argparse.Namespace] = None) -> argparse.Namespace:
+    parsed, rest = self.parse_known_args(args, namespace)
+    for arg in rest:
+      if arg.startswith("--" + _PREFIX):
+        name = arg[len("--" + _PREFIX):].partition("=")[0]
+        close = difflib.get_close_matches(name, _FIELDS, n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        self.error(f"unknown config field {name!r}{hint}; the fields are in t2t_jax/configs.py")
+    if rest:
+      self.error(f"unrecognized arguments: {' '.join(rest)}")
+    return parsed
+
+
+def _field_type(name: str) -> Callable[[str], Any]:
+  """The text -> value function of one config field; its error says what the field accepts."""
+  kind, optional = configs._base_type(_HINTS[name])  # pylint: disable=protected-access
+
+  def parse(text: str) -> Any:
+    if optional and text.lower() in ("none", "null"):
+      return None
+    if kind is bool:
+      if text.lower() in ("1", "true", "yes"):
+        return True
+      if text.lower() in ("0", "false", "no"):
+        return False
+    else:
+      try:
+        return kind(text)
+      except ValueError:
+        pass
+    raise argparse.ArgumentTypeError(f"bad value {text!r}: {name} accepts {configs.accepts(name)}")
+
+  return parse
+
+
+def _preset(name: str) -> str:
+  if name not in configs.PRESETS:
+    raise argparse.ArgumentTypeError(
+        f"unknown --config={name}; choose one of {', '.join(configs.PRESETS)}")
+  return name
+
+
+def parser(prog: str, description: Optional[str], config: Optional[str] = None,
+           fields: Optional[bool] = None) -> argparse.ArgumentParser:
+  """A parser for one script, to which it adds its own flags.
+
+  `config` (a preset name) adds `--config=<preset>` with that default; `fields`
+  (default: when `config` is given) adds `--config.<field>=<value>` for every field.
+  """
+  p = _Parser(prog=prog, description=description, allow_abbrev=False,
+              formatter_class=argparse.RawDescriptionHelpFormatter)
+  if config is not None:
+    p.add_argument("--config", type=_preset, default=config, metavar="PRESET",
+                   help=f"a preset of t2t_jax/configs.py (default: {config})")
+  if fields or (fields is None and config is not None):
+    group = p.add_argument_group(
+        "config fields", "--config.<field>=<value> sets one field of t2t_jax/configs.py, "
+        "after the preset and the script's own defaults")
+    for name in _FIELDS:
+      group.add_argument(f"--{_PREFIX}{name}", dest=_PREFIX + name, type=_field_type(name),
+                         default=argparse.SUPPRESS, metavar="VALUE",
+                         help=configs.accepts(name))
+  return p
+
+
+def add_process_flags(p: argparse.ArgumentParser) -> None:
+  """--multihost, --coordinator_address, --num_processes, --process_id (runtime/multihost.py)."""
+  group = p.add_argument_group(
+      "several processes (docs/training.md)",
+      "every process runs the same command; --multihost alone detects the cluster "
+      "(SLURM, Open MPI, Cloud TPU, Kubernetes); the other flags (or JAX_COORDINATOR_ADDRESS, "
+      "JAX_NUM_PROCESSES, JAX_PROCESS_ID) work anywhere, also on one machine")
+  group.add_argument("--multihost", action="store_true",
+                     help="join a multi-process run (jax.distributed)")
+  group.add_argument("--coordinator_address", metavar="HOST:PORT",
+                     help="where process 0 runs the coordinator (a free port on its host)")
+  group.add_argument("--num_processes", type=int, metavar="N", help="processes in the run")
+  group.add_argument("--process_id", type=int, metavar="I", help="this process: 0 .. N-1")
+
+
+def joins_processes(args: argparse.Namespace) -> bool:
+  """Whether `add_process_flags`' flags (or their environment variables) ask to join a run."""
+  env = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")
+  return (args.multihost or args.coordinator_address is not None
+          or args.num_processes is not None or args.process_id is not None
+          or any(os.environ.get(name) for name in env))
+
+
+def overrides(args: argparse.Namespace) -> dict[str, Any]:
+  """The config fields given on the command line, {field: value}, in the order given."""
+  return {k[len(_PREFIX):]: v for k, v in vars(args).items() if k.startswith(_PREFIX)}
+
+
+def config(args: argparse.Namespace, defaults: Optional[dict[str, Any]] = None,
+           preset: Optional[str] = None) -> configs.TransformerConfig:
+  """The preset (`preset` or `--config`), then `defaults`, then the --config.<field> values."""
+  return configs.get_config(preset or args.config, **{**(defaults or {}), **overrides(args)})
+
+
+class _StderrHandler(logging.StreamHandler):
+  """Writes to whatever `sys.stderr` is when a line is logged (tests replace it)."""
+
+  def __init__(self):
+    super().__init__()
+    self.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+
+  @property
+  def stream(self):
+    return sys.stderr
+
+  @stream.setter
+  def stream(self, _):
+    pass
+
+
+def setup_logging() -> None:
+  """INFO lines on stderr with time and module; the libraries' chatter kept to warnings."""
+  root = logging.getLogger()
+  root.setLevel(logging.INFO)
+  if not any(isinstance(h, _StderrHandler) for h in root.handlers):
+    # absl's first log call (orbax logs at import) runs a bare logging.basicConfig();
+    # ours replaces that handler, so every line is printed once, in one format.
+    for handler in list(root.handlers):
+      if type(handler) is logging.StreamHandler and handler.stream in (sys.stderr,
+                                                                        sys.__stderr__):
+        root.removeHandler(handler)
+    root.addHandler(_StderrHandler())
+  # Orbax reports every save step at INFO through absl; keep its warnings only.
+  logging.getLogger("absl").setLevel(logging.WARNING)
+  logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "no TPU" notices
+
+
+def one_line(error: BaseException) -> str:
+  text = str(error).strip()
+  return text.splitlines()[0] if text else type(error).__name__
+
+
+def command(main: Callable[..., Any]) -> Callable[..., Any]:
+  """Wraps a script's `main(argv=None)`: logging, and USER_ERRORS as one line + exit status 1."""
+
+  @functools.wraps(main)
+  def run(argv: Optional[Sequence[str]] = None, *args: Any, **kwargs: Any) -> Any:
+    setup_logging()
+    try:
+      return main(argv, *args, **kwargs)
+    except preemption.Preempted as e:
+      print(one_line(e), file=sys.stderr, flush=True)
+      raise SystemExit(e.exit_code) from None
+    except USER_ERRORS as e:
+      raise SystemExit(f"error: {one_line(e)}") from None
+
+  return run
+
+
+def parse_config(argv: Sequence[str], preset: str = "demo",
+                 defaults: Optional[dict[str, Any]] = None) -> configs.TransformerConfig:
+  """The config that `--config=` and `--config.<field>=` arguments alone give (notebooks)."""
+  return config(parser("config", None, config=preset).parse_args(argv), defaults)

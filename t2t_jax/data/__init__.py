@@ -1,0 +1,4 @@
+"""The data pipeline: sources of text pairs, vocabulary, tokenised cache, buckets, batching, packing, the demo corpus.
+
+`dataset.prepare` puts the pieces together for a run.
+"""

@@ -1,0 +1,216 @@
+"""One shared SentencePiece vocabulary for source and target: train once, cache, reload.
+
+Ids follow the project convention: 0 padding, 1 end of sentence, 2 unknown, no BOS.
+Normalisation is the identity, so `decode(encode(s)) == s` for text whose
+characters the model knows, and what BLEU scores is exactly what the model emits.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import random
+import tempfile
+from typing import Iterable, Optional, Sequence
+
+import sentencepiece as spm
+
+from t2t_jax.ids import EOS_ID, PAD_ID, UNK_ID
+from t2t_jax.runtime import lock as workdir_lock
+
+log = logging.getLogger(__name__)
+
+
+class Tokenizer:
+  """Text <-> ids with the shared model; encoded sequences end with EOS."""
+
+  def __init__(self, model_path: str):
+    self.model_path = model_path
+    self.sp = spm.SentencePieceProcessor(model_file=model_path)
+
+  @property
+  def vocab_size(self) -> int:
+    return self.sp.get_piece_size()
+
+  def encode(self, text: str) -> list[int]:
+    return self.sp.encode(text) + [EOS_ID]
+
+  def encode_batch(self, texts: Sequence[str], num_threads: int = -1) -> list[list[int]]:
+    """Like `encode` for many lines; SentencePiece spreads them over threads."""
+    ids = self.sp.encode(list(texts), num_threads=num_threads)
+    for row in ids:
+      row.append(EOS_ID)
+    return ids
+
+  def decode(self, ids: Iterable[int]) -> str:
+    """Text of `ids` up to the first EOS; padding is skipped."""
+    out = []
+    for i in ids:
+      i = int(i)
+      if i == EOS_ID:
+        break
+      if i != PAD_ID:
+        out.append(i)
+    return self.sp.decode(out)
+
+
+def _sample_sentences(pairs: Sequence[tuple[str, str]], max_sentences: int,
+                      seed: int) -> list[str]:
+  """Up to `max_sentences` lines, half from each side, from pairs chosen at random."""
+  num_pairs = min(len(pairs), max(1, max_sentences // 2))
+  chosen = random.Random(seed).sample(range(len(pairs)), num_pairs) \
+      if num_pairs < len(pairs) else range(len(pairs))
+  lines = []
+  for i in chosen:
+    for text in pairs[i]:
+      text = text.strip()
+      if text:
+        lines.append(text)
+  return lines
+
+
+def train(pairs: Sequence[tuple[str, str]], model_prefix: str, vocab_size: int,
+          model_type: str = "bpe", max_sentences: int = 2_000_000, seed: int = 0) -> str:
+  """Trains a shared model on a sample of both sides of `pairs`; returns the model path."""
+  lines = _sample_sentences(pairs, max_sentences, seed)
+  if not lines:
+    raise ValueError("cannot train a vocabulary: the training data has no non-empty lines")
+  directory = os.path.dirname(model_prefix) or "."
+  os.makedirs(directory, exist_ok=True)
+  with tempfile.NamedTemporaryFile("w", encoding="utf-8", suffix=".txt", dir=directory,
+                                   delete=False) as f:
+    # SentencePiece reads one sentence per line: a stray newline inside a pair's
+    # text cannot exist here because readers split on "\n".
+    f.write("\n".join(lines) + "\n")
+    sample_path = f.name
+  try:
+    with open(os.devnull, "w") as devnull:
+      spm.SentencePieceTrainer.Train(
+          logstream=devnull,
+          input=sample_path, model_prefix=model_prefix, vocab_size=vocab_size,
+          model_type=model_type, pad_id=PAD_ID, eos_id=EOS_ID, unk_id=UNK_ID, bos_id=-1,
+          normalization_rule_name="identity",
+          # Rare characters (a few per million) become <unk> rather than pieces.
+          character_coverage=0.9999 if vocab_size > 4000 else 1.0,
+          # Small corpora (the demo) may not have vocab_size distinct pieces; take
+          # what there is instead of failing.
+          hard_vocab_limit=False,
+          input_sentence_size=0, shuffle_input_sentence=False,  # already sampled
+          num_threads=os.cpu_count() or 1, minloglevel=2)
+  except RuntimeError as e:
+    raise ValueError(f"SentencePiece training failed for vocab_size={vocab_size}, "
+                     f"model_type={model_type!r}: {e}") from None
+  finally:
+    os.remove(sample_path)
+  return model_prefix + ".model"
+
+
+def _sha256(path: str) -> str:
+  h = hashlib.sha256()
+  with open(path, "rb") as f:
+    for block in iter(lambda: f.read(1 << 20), b""):
+      h.update(block)
+  return h.hexdigest()
+
+
+def _read_meta(meta_path: str) -> Optional[dict]:
+  """spm.json ({} when absent: models from before it existed); None when unreadable."""
+  if not os.path.exists(meta_path):
+    return {}
+  try:
+    with open(meta_path, encoding="utf-8") as f:
+      meta = json.load(f)
+  except (OSError, ValueError) as e:
+    log.warning("%s is unreadable (%s); writing it again from the model", meta_path, e)
+    return None
+  if not isinstance(meta, dict):
+    log.warning("%s is damaged; writing it again from the model", meta_path)
+    return None
+  return meta
+
+
+def _write_meta(meta_path: str, meta: dict) -> None:
+  tmp = meta_path + f".tmp{os.getpid()}"
+  with open(tmp, "w", encoding="utf-8") as f:
+    json.dump(meta, f)
+  os.replace(tmp, meta_path)
+
+
+def load(directory: str) -> Tokenizer:
+  """The model in `directory`, checked against the checksum recorded when it was built.
+
+  A damaged model is a ValueError saying what to do: it cannot be rebuilt in
+  place, because SentencePiece training is not reproducible bit for bit and a
+  model trained with the old pieces would silently read the wrong ones.
+  """
+  return _load_checked(directory)[0]
+
+
+def _load_checked(directory: str) -> tuple[Tokenizer, Optional[dict], str]:
+  """(tokenizer, spm.json's content or None if unreadable, the model's sha256)."""
+  model_path = os.path.join(directory, "spm.model")
+  meta_path = os.path.join(directory, "spm.json")
+  if not os.path.exists(model_path):
+    raise FileNotFoundError(f"{model_path} not found: train a model into that work "
+                            "directory first (it builds the vocabulary)")
+  meta = _read_meta(meta_path)
+  damaged = (f"{model_path} is damaged ({{}}); restore it from a backup (a model trained "
+             "with it cannot use a rebuilt one), or delete the work directory's vocab/ and "
+             "checkpoints/ to start the run over")
+  digest = _sha256(model_path)
+  if meta and "sha256" in meta and meta["sha256"] != digest:
+    raise ValueError(damaged.format("its checksum differs from the one recorded in "
+                                    "spm.json when it was built"))
+  try:
+    tokenizer = Tokenizer(model_path)
+  except (RuntimeError, OSError) as e:
+    raise ValueError(damaged.format(str(e).strip().splitlines()[0] if str(e).strip()
+                                    else type(e).__name__)) from None
+  return tokenizer, meta, digest
+
+
+def build_or_load(vocab_size: int, directory: str, train_pairs_fn, model_type: str = "bpe",
+                  max_sentences: int = 2_000_000, seed: int = 0) -> Tokenizer:
+  """The cached model in `directory`, or a new one trained on `train_pairs_fn()`.
+
+  `train_pairs_fn` is called only when a model must be trained. A cached model made
+  for a different vocab_size or model_type is an error, never silently reused;
+  so is a damaged one (see `load`). Processes sharing `directory` train it once:
+  the others wait for it (workdir_lock.build_once).
+  """
+  model_path = os.path.join(directory, "spm.model")
+  meta_path = os.path.join(directory, "spm.json")
+  wanted = {"vocab_size": vocab_size, "model_type": model_type}
+
+  def build() -> bool:
+    os.makedirs(directory, exist_ok=True)
+    # Train under a temporary prefix and rename, so an interrupted run leaves no
+    # half-written model that a restart would trust. spm.json comes first: a kill
+    # between the two leaves no model, so the next run trains again.
+    prefix = os.path.join(directory, f"spm.tmp{os.getpid()}")
+    path = train(train_pairs_fn(), prefix, vocab_size, model_type, max_sentences, seed)
+    _write_meta(meta_path, {**wanted, "sha256": _sha256(path)})
+    os.replace(prefix + ".vocab", os.path.join(directory, "spm.vocab"))
+    os.replace(path, model_path)
+    log.info("Trained vocabulary %s: %d pieces (asked for %d)", model_path,
+             Tokenizer(model_path).vocab_size, vocab_size)
+    return True
+
+  if workdir_lock.build_once(model_path, build, os.path.join(directory, ".locks")) is None:
+    log.info("Loaded vocabulary %s", model_path)
+  tokenizer, meta, digest = _load_checked(directory)
+  if meta is None:  # unreadable: what it was built for is lost; the piece count still checks
+    meta = dict(wanted)
+  if "sha256" not in meta:
+    _write_meta(meta_path, {**meta, "sha256": digest})
+  made_for = {"vocab_size": meta.get("vocab_size", tokenizer.vocab_size),
+              "model_type": meta.get("model_type", model_type)}
+  if made_for != wanted or tokenizer.vocab_size > vocab_size:
+    raise ValueError(
+        f"{model_path} was built with vocab_size={made_for['vocab_size']}, "
+        f"model_type={made_for['model_type']!r} ({tokenizer.vocab_size} pieces) but the "
+        f"config asks for vocab_size={vocab_size}, model_type={model_type!r}; use another "
+        "workdir or delete that vocab directory to rebuild it")
+  return tokenizer

@@ -1,1 +1,0 @@
-"""Datasets generated here rather than downloaded (the demo corpus)."""

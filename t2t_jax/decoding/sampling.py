@@ -1,0 +1,81 @@
+"""Sampling decoder over any incremental step function (e.g. for back-translation).
+
+Same contract as `decode.greedy_search` and `decode.beam_search`:
+
+  step_fn(cache, tokens [rows], position) -> (logits [rows, vocab], cache)
+
+Each next token is drawn from the model's distribution with its logits divided
+by `temperature`, restricted to the `top_k` most probable tokens when top_k > 0
+(Edunov et al. 2018 sample with the whole vocabulary or top-10 for
+back-translation). Padding (id 0) is never drawn. A sentence stops at EOS or
+at its maximum length.
+
+Randomness is explicit and per sentence: row b at output position t draws with
+`fold_in(keys[b], t)`, so a sentence's sample depends on its own key only, not
+on which batch or row it was decoded in. `row_keys(seed_key, ids)` makes such
+keys from sentence ids.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+
+from t2t_jax.decoding import decode
+from t2t_jax.ids import EOS_ID
+
+Array = jax.Array
+
+
+def row_keys(key: Array, ids: Any) -> Array:
+  """One key per sentence, `fold_in(key, id)`: ids [batch] int (e.g. line numbers)."""
+  return jax.vmap(jax.random.fold_in, in_axes=(None, 0))(key, jnp.asarray(ids, jnp.uint32))
+
+
+def _check(keys: Array, temperature: float, top_k: int) -> None:
+  if not jax.dtypes.issubdtype(keys.dtype, jax.dtypes.prng_key) or keys.ndim != 1:
+    raise ValueError(f"keys must be typed PRNG keys [rows] (one per row, e.g. "
+                     f"sampling.row_keys(jax.random.key(seed), ids)), got {keys.dtype}"
+                     f"{list(keys.shape)}")
+  if not temperature > 0:
+    raise ValueError(f"temperature={temperature} must be > 0 (greedy search is the limit "
+                     "at 0: use beam_size=1)")
+  if top_k < 0:
+    raise ValueError(f"top_k={top_k} must be >= 0 (0 samples from the whole vocabulary)")
+
+
+def _draw(log_probs: Array, keys: Array, temperature: float, top_k: int) -> Array:
+  """One token per row from log_probs [rows, vocab]; keys [rows]."""
+  logits = log_probs / temperature
+  if top_k and top_k < log_probs.shape[-1]:
+    top_logits, top_tokens = jax.lax.top_k(logits, top_k)                     # [rows, k]
+    choice = jax.vmap(jax.random.categorical)(keys, top_logits)               # [rows]
+    return jnp.take_along_axis(top_tokens, choice[:, None], axis=-1)[:, 0]
+  return jax.vmap(jax.random.categorical)(keys, logits)
+
+
+def sample(step_fn: decode.StepFn, cache: Any, keys: Array, *, max_len: int,
+           max_lens: Optional[Array] = None, temperature: float = 1.0, top_k: int = 0,
+           eos_id: int = EOS_ID) -> tuple[Array, Array]:
+  """One sampled output per row.
+
+  `keys` [rows] typed PRNG keys, one per row; the cache holds `rows` rows (one
+  per sentence, or several samples of a sentence as the step function
+  arranges them). `max_len` is the static output length and `max_lens` [rows]
+  optional per-row maxima (<= max_len). Returns tokens [rows, max_len] int32
+  (0 after EOS) and the model's summed log-probabilities of them [rows] float32
+  (at temperature 1 over the whole vocabulary: what the model thinks of the
+  sample, comparable with beam search's scores before the length penalty).
+  """
+  _check(keys, temperature, top_k)
+  batch = keys.shape[0]
+  limits = decode._sentence_max_lens(max_len, max_lens, batch)  # pylint: disable=protected-access
+
+  def draw(log_probs, step):
+    step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, step)
+    return _draw(log_probs, step_keys, temperature, top_k)                     # [rows]
+
+  return decode.token_by_token(step_fn, cache, draw, max_len=max_len, limits=limits,
+                               eos_id=eos_id)

@@ -1,0 +1,91 @@
+"""Beam search in the exported models, with our decoding settings: ids in, ids out.
+
+    limits = output_limits(cfg, sources)          # as decode.translate_batch
+    outputs = marian_generate(marian, sources, limits, beam_size=4, length_penalty=0.0)
+    outputs, scores = ctranslate2_translate(translator, tokens, sources, limits, beam_size=4)
+
+For comparisons and benchmarks (tests/test_export.py, benchmarks/): `sources`
+are EOS-terminated id lists, outputs are id lists without EOS, in input order.
+transformers and CTranslate2 take one output limit per call where we have one
+per sentence, so sentences are grouped by limit, then cut into batches. The
+engines' length penalties are not ours (docs/export.md): only length_penalty=0
+with alpha=0 ranks hypotheses the same way.
+"""
+
+from __future__ import annotations
+
+import itertools
+from typing import Any, Iterator, Optional, Sequence
+
+import numpy as np
+
+from t2t_jax import configs
+from t2t_jax.decoding import decode
+from t2t_jax.export import convert as export
+
+
+def output_limits(cfg: configs.TransformerConfig, sources: Sequence[Sequence[int]],
+                  max_decode_extra: Optional[int] = None) -> list[int]:
+  """Each sentence's maximum output length, EOS included: as `decode.translate_batch`."""
+  extra = cfg.max_decode_extra if max_decode_extra is None else max_decode_extra
+  return [min(len(source) + extra, cfg.max_len) for source in sources]
+
+
+def batches(limits: Sequence[int], batch_size: int) -> Iterator[tuple[int, list[int]]]:
+  """(limit, sentence indices) with one limit and at most `batch_size` sentences each."""
+  order = sorted(range(len(limits)), key=lambda i: limits[i])
+  for limit, group in itertools.groupby(order, key=lambda i: limits[i]):
+    group = list(group)
+    for start in range(0, len(group), batch_size):
+      yield limit, group[start:start + batch_size]
+
+
+def _padded(rows: Sequence[Sequence[int]]) -> np.ndarray:
+  out = np.zeros((len(rows), max(map(len, rows))), np.int64)
+  for r, row in enumerate(rows):
+    out[r, :len(row)] = row
+  return out
+
+
+def marian_generate(marian: Any, sources: Sequence[Sequence[int]], limits: Sequence[int], *,
+                    beam_size: int, length_penalty: float, batch_size: int = 64
+                    ) -> list[list[int]]:
+  """`marian.generate` beam search (padding never generated: the export's generation config)."""
+  torch = export.require("torch")
+  outputs: list[list[int]] = [[] for _ in sources]
+  for limit, group in batches(limits, batch_size):
+    inputs = torch.from_numpy(_padded([sources[i] for i in group]))
+    with torch.no_grad():
+      # max_length counts the decoder start token.
+      tokens = marian.generate(input_ids=inputs, attention_mask=(inputs != 0).long(),
+                               num_beams=beam_size, length_penalty=length_penalty,
+                               max_length=limit + 1)
+    for i, row in zip(group, tokens.numpy()):
+      outputs[i] = decode.strip_eos(row[1:])
+  return outputs
+
+
+def ctranslate2_translate(translator: Any, tokens: Sequence[str], sources: Sequence[Sequence[int]],
+                          limits: Sequence[int], *, beam_size: int, length_penalty: float = 0.0,
+                          batch_size: int = 64, min_length: bool = False
+                          ) -> tuple[list[list[int]], list[float]]:
+  """`translator.translate_batch` beam search; scores are CTranslate2's (log P / |Y|^penalty).
+
+  `tokens` is the exported vocabulary (`export.vocabulary`). `min_length=True`
+  forbids EOS before each batch's limit, so that every output has that length
+  (for timing an untrained model).
+  """
+  ids = {token: i for i, token in enumerate(tokens)}
+  outputs: list[list[int]] = [[] for _ in sources]
+  scores = [0.0] * len(sources)
+  for limit, group in batches(limits, batch_size):
+    # CTranslate2 adds the EOS itself (the exported config's add_source_eos).
+    pieces = [[tokens[t] for t in sources[i][:-1]] for i in group]
+    results = translator.translate_batch(
+        pieces, beam_size=beam_size, length_penalty=length_penalty, max_decoding_length=limit,
+        min_decoding_length=limit if min_length else 0, return_scores=True,
+        max_batch_size=batch_size)
+    for i, result in zip(group, results):
+      outputs[i] = [ids[p] for p in result.hypotheses[0]]
+      scores[i] = result.scores[0]
+  return outputs, scores

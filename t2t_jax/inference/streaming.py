@@ -1,0 +1,235 @@
+"""Text lines in, translations out, as the lines arrive and in bounded memory.
+
+    for t in translate_stream(members, tokenizer, lines, search=Search.from_config(cfg)):
+      print(t.text)                        # or t.hypotheses: text, score, alignment each
+
+`lines` is any iterable (a file, stdin, a generator): up to `window` lines are
+read, sorted by length into batches of `batch_size`, decoded (`decoding/generate.py`:
+beam search or sampling, one model or an ensemble) and yielded in input order
+before the next window is read, so a million-line file needs the memory of one
+window. Every input line gives one `Translation`: a blank line gives one empty
+hypothesis (score 0) without decoding, and a line longer than the models'
+max_len positions is cut to fit, with a warning naming the line.
+
+Output formats (`format_line`, `format_nbest`), documented in README:
+  1-best:  translation                      [TAB alignment]
+  n-best:  index TAB hypothesis TAB score   [TAB alignment]   n lines per input line
+index is the 0-based input line number (as in fairseq and Marian n-best lists);
+score is beam search's length-penalised log-probability (for samples the
+model's log-probability of the sample), with 4 decimals; alignment is
+"i-j i-j ..." (source word i, output word j; `decoding/alignment.py`).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import itertools
+import logging
+from typing import Callable, Iterable, Iterator, Optional, Sequence
+
+import numpy as np
+
+from t2t_jax.data import vocab
+from t2t_jax.decoding import alignment
+from t2t_jax.decoding import decode
+from t2t_jax.decoding import generate
+from t2t_jax.decoding import in_flight as in_flight_lib
+from t2t_jax.ids import UNK_ID
+
+log = logging.getLogger(__name__)
+
+
+@dataclasses.dataclass(frozen=True)
+class Hypothesis:
+  """One output for a line: its text, score, and word alignment pairs when asked for."""
+  text: str
+  score: float
+  alignment: Optional[list[tuple[int, int]]] = None
+
+
+@dataclasses.dataclass(frozen=True)
+class Translation:
+  """The outputs for input line `index` (0-based), best first."""
+  index: int
+  hypotheses: list[Hypothesis]
+
+  @property
+  def text(self) -> str:
+    return self.hypotheses[0].text
+
+
+@dataclasses.dataclass(frozen=True)
+class Alignments:
+  """Which attention gives word alignments: a decoder layer (negative: from the end), a head
+  (None: their mean)."""
+  layer: int = -1
+  head: Optional[int] = None
+
+
+# ------------------------------------------------------------------ ids and text
+
+
+def _known(tokenizer: vocab.Tokenizer, ids: Sequence[int]) -> list[int]:
+  # The model may have more ids than the SentencePiece model has pieces (a small
+  # corpus can give fewer than vocab_size); an undertrained model may emit those.
+  return [int(i) if i < tokenizer.vocab_size else UNK_ID for i in ids]
+
+
+def _one_line(text: str) -> str:
+  # A piece could hold a line break if the training text had one; it becomes a
+  # space, so that each input line gets one output line (and the same words).
+  return text.replace("\r", " ").replace("\n", " ")
+
+
+def ids_to_text(tokenizer: vocab.Tokenizer, ids: Sequence[int]) -> str:
+  """Detokenised text on one line; ids unknown to the SentencePiece model read as unknown."""
+  return _one_line(tokenizer.decode(_known(tokenizer, ids)))
+
+
+def ids_to_text_and_words(tokenizer: vocab.Tokenizer,
+                          ids: Sequence[int]) -> tuple[str, list[int]]:
+  """`ids_to_text`, and the word of `text.split()` each id belongs to."""
+  text, words = alignment.decode_words(tokenizer, _known(tokenizer, ids))
+  return _one_line(text), words
+
+
+def encode_line(tokenizer: vocab.Tokenizer, line: str, limit: int, number: int,
+                warn: Callable[[str], None] = log.warning,
+                with_words: bool = False) -> tuple[list[int], Optional[list[int]]]:
+  """Source ids of one line without EOS ([] when blank), cut to `limit`; and their words.
+
+  `number` (1-based) names the line in the warning about a cut.
+  """
+  line = line.encode("utf-8", errors="replace").decode("utf-8")    # lone surrogates -> "?"
+  if not line.strip():
+    return [], [] if with_words else None
+  if with_words:
+    ids, words = alignment.encode_words(tokenizer, line)
+  else:
+    ids, words = tokenizer.encode(line)[:-1], None                   # without the EOS
+  if len(ids) > limit:
+    warn(f"line {number} has {len(ids)} pieces; truncated to the model's {limit} "
+         f"(max_len={limit + 1} positions, one kept for EOS)")
+    ids, words = ids[:limit], None if words is None else words[:limit]
+  return ids, words
+
+
+# ------------------------------------------------------------------ the stream
+
+
+def _translate_batch(members: Sequence[generate.Member], tokenizer: vocab.Tokenizer,
+                     indices: Sequence[int], sources: Sequence[list[int]],
+                     words: Sequence[Optional[list[int]]], search: generate.Search,
+                     batch_size: int, aligned: Optional[Alignments]) -> list[list[Hypothesis]]:
+  inputs = decode.source_rows(sources, batch_size, generate.max_positions(members))
+  ids = np.zeros(len(inputs), np.int64)
+  ids[:len(indices)] = indices
+  tokens, scores = generate.decode_batch(members, inputs, search, ids=ids)
+  outputs = [[decode.strip_eos(tokens[b, n]) for n in range(tokens.shape[1])]
+             for b in range(len(sources))]
+  if aligned is None:
+    return [[Hypothesis(ids_to_text(tokenizer, out), float(scores[b, n]))
+             for n, out in enumerate(row)] for b, row in enumerate(outputs)]
+  texts = [[ids_to_text_and_words(tokenizer, out) for out in row] for row in outputs]
+  flat = [(b, n) for b in range(len(sources)) for n in range(len(outputs[b]))]
+  pairs = generate.align_batch(
+      members, [sources[b] for b, _ in flat], [words[b] for b, _ in flat],
+      [outputs[b][n] for b, n in flat], [texts[b][n][1] for b, n in flat],
+      layer=aligned.layer, head=aligned.head)
+  found = dict(zip(flat, pairs))
+  return [[Hypothesis(texts[b][n][0], float(scores[b, n]), found[b, n])
+           for n in range(len(outputs[b]))] for b in range(len(sources))]
+
+
+def _translate_window(members, tokenizer, lines: Sequence[str], first: int, *,
+                      search: generate.Search, batch_size: int, aligned: Optional[Alignments],
+                      in_flight: int, warn: Callable[[str], None]) -> list[Translation]:
+  limit = generate.max_positions(members) - 1
+  encoded = [encode_line(tokenizer, line, limit, first + k + 1, warn, aligned is not None)
+             for k, line in enumerate(lines)]
+  blank = Hypothesis("", 0.0, None if aligned is None else [])
+  results: list[list[Hypothesis]] = [[blank] for _ in lines]
+  order = sorted((k for k, (ids, _) in enumerate(encoded) if ids),
+                 key=lambda k: len(encoded[k][0]))
+  chunks = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
+  translate = lambda chunk: _translate_batch(
+      members, tokenizer, [first + k for k in chunk], [encoded[k][0] for k in chunk],
+      [encoded[k][1] for k in chunk], search, batch_size, aligned)
+  cost = lambda chunk: len(chunk) * len(encoded[chunk[-1]][0])  # sentences x longest source
+  for chunk, done in zip(chunks, in_flight_lib.ordered_map(translate, chunks, in_flight, cost)):
+    for k, hypotheses in zip(chunk, done):
+      results[k] = hypotheses
+  return [Translation(first + k, hypotheses) for k, hypotheses in enumerate(results)]
+
+
+def translate_stream(members: Sequence[generate.Member], tokenizer: vocab.Tokenizer,
+                     lines: Iterable[str], *, search: generate.Search,
+                     batch_size: int = 64, window: Optional[int] = None,
+                     alignments: Optional[Alignments] = None,
+                     in_flight: int = in_flight_lib.DEFAULT,
+                     warn: Callable[[str], None] = log.warning) -> Iterator[Translation]:
+  """One `Translation` per line of `lines`, in input order, `window` lines at a time.
+
+  `window` (default 16 batches) bounds the lines held in memory; larger windows
+  sort into fuller batches. `in_flight` batches of a window decode at once
+  (decoding/in_flight.py). `alignments` adds word alignments to every hypothesis.
+  Settings are checked here; lines are read as the iterator is.
+  """
+  members = tuple(members)
+  if batch_size < 1:
+    raise ValueError(f"batch_size={batch_size} must be >= 1")
+  window = 16 * batch_size if window is None else window
+  if window < 1:
+    raise ValueError(f"window={window} must be >= 1")
+  if in_flight < 1:
+    raise ValueError(f"in_flight={in_flight} must be >= 1 (1: one batch at a time)")
+  for member in members:
+    if alignments is not None:
+      alignment.check_layer_and_head(member.cfg, alignments.layer, alignments.head)
+  return _stream(members, tokenizer, iter(lines), search=search, batch_size=batch_size,
+                 window=window, aligned=alignments, in_flight=in_flight, warn=warn)
+
+
+def _stream(members, tokenizer, lines: Iterator[str], *, window: int,
+            **settings: Any) -> Iterator[Translation]:
+  first = 0
+  while chunk := list(itertools.islice(lines, window)):
+    yield from _translate_window(members, tokenizer, chunk, first, **settings)
+    first += len(chunk)
+
+
+# ------------------------------------------------------------------ formats
+
+
+def _no_tab(text: str) -> str:
+  # A tab would shift the columns; as a space it separates the same words.
+  return text.replace("\t", " ")
+
+
+def format_line(translation: Translation, alignments: bool = False) -> str:
+  """The 1-best line: the translation, then TAB and its alignment when asked for."""
+  best = translation.hypotheses[0]
+  if not alignments:
+    return best.text
+  return f"{_no_tab(best.text)}\t{alignment.format_pairs(best.alignment or [])}"
+
+
+def format_nbest(translation: Translation, alignments: bool = False) -> list[str]:
+  """n-best lines: index TAB hypothesis TAB score [TAB alignment], best first."""
+  lines = []
+  for hyp in translation.hypotheses:
+    fields = [str(translation.index), _no_tab(hyp.text), f"{hyp.score:.4f}"]
+    if alignments:
+      fields.append(alignment.format_pairs(hyp.alignment or []))
+    lines.append("\t".join(fields))
+  return lines
+
+
+def parse_nbest(line: str) -> tuple[int, str, float, Optional[list[tuple[int, int]]]]:
+  """One n-best line back to (index, hypothesis, score, alignment or None)."""
+  fields = line.rstrip("\n").split("\t")
+  if len(fields) not in (3, 4) or not fields[0].isdigit():
+    raise ValueError(f"not an n-best line (index TAB hypothesis TAB score [TAB alignment]): "
+                     f"{line!r}")
+  pairs = alignment.parse_pairs(fields[3]) if len(fields) == 4 else None
+  return int(fields[0]), fields[1], float(fields[2]), pairs

@@ -1,0 +1,148 @@
+"""Text in, text out with trained models: the library behind `t2t-translate` and evaluation.
+
+    translator = Translator("runs/demo")             # config, tokenizer, averaged params
+    translator.translate(["the dog sleeps"])          # -> ["der Hund schläft"]
+    for t in translator.translate_stream(open("news.en"), n_best=4, alignments=True):
+      t.index, [(h.text, h.score, h.alignment) for h in t.hypotheses]
+    Translator("runs/a", ensemble=["runs/b", "runs/c/checkpoints/90000"])   # decoded together
+    translator.translate_stream(lines, sample=True, top_k=10, seed=1)       # back-translation
+    translate_lines(cfg, params, tokenizer, lines)    # the 1-best list without a work directory
+
+A model is a work directory (its averaged params when present, else its latest
+checkpoint's; `average=False`: the latest) or one of its checkpoints,
+`WORKDIR/checkpoints/<step>` or `WORKDIR/averaged/<step>`. Models of an
+ensemble must share the vocabulary (the same `vocab/spm.model`); their
+probabilities are averaged at every step (`decoding/ensemble.py`).
+
+Every input line gives exactly one translation, in input order: a blank line
+gives "", and a line longer than the model's `max_len` positions is cut to fit,
+with a warning naming the line. Lines are decoded `window` at a time in
+batches of similar length (`inference/streaming.py`), so `translate_stream` handles
+input of any length in bounded memory; `translate` and `translate_lines` hold
+the whole list and sort it at once.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import pathlib
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
+
+from t2t_jax import configs
+from t2t_jax.data import vocab
+from t2t_jax.decoding import generate
+from t2t_jax.decoding import in_flight as in_flight_lib
+from t2t_jax.inference import streaming
+from t2t_jax.runtime import checkpoint
+from t2t_jax.runtime import workdir as workdir_lib
+
+log = logging.getLogger(__name__)
+
+Params = Any
+
+
+def load_tokenizer(workdir: str | os.PathLike) -> vocab.Tokenizer:
+  """The shared SentencePiece model a work directory was trained with (`vocab/spm.model`)."""
+  path = pathlib.Path(workdir) / "vocab" / "spm.model"
+  if not path.is_file():
+    raise FileNotFoundError(f"{path} not found: {workdir_lib.TRAIN_FIRST}")
+  return vocab.Tokenizer(str(path))
+
+
+def load_model(path: str | os.PathLike, average: bool = True, **overrides: Any
+               ) -> tuple[generate.Member, vocab.Tokenizer]:
+  """A work directory's or one checkpoint's (config, params) and the tokenizer it was trained with.
+
+  `overrides`: config fields to change for decoding, e.g. beam_size=1.
+  """
+  workdir = checkpoint.checkpoint_workdir(path) or pathlib.Path(path)
+  if not workdir.is_dir():
+    raise FileNotFoundError(f"work directory {workdir} does not exist: {workdir_lib.TRAIN_FIRST}")
+  cfg = workdir_lib.load_config(workdir).replace(**overrides)
+  tokenizer = load_tokenizer(workdir)
+  if checkpoint.checkpoint_workdir(path) is not None:
+    params = checkpoint.load_checkpoint_params(path)
+  else:
+    params = checkpoint.load_params(workdir, averaged=average)
+  return generate.Member(cfg, params), tokenizer
+
+
+def _check_same_vocabulary(first: str, tokenizer: vocab.Tokenizer, cfg: configs.TransformerConfig,
+                           path: str, other: vocab.Tokenizer,
+                           other_cfg: configs.TransformerConfig) -> None:
+  same = tokenizer.sp.serialized_model_proto() == other.sp.serialized_model_proto()
+  if not same or cfg.vocab_size != other_cfg.vocab_size:
+    raise ValueError(
+        f"{path} was trained with another vocabulary than {first} (vocab/spm.model "
+        f"{'is the same' if same else 'differs'}, vocab_size {other_cfg.vocab_size} vs "
+        f"{cfg.vocab_size}): the models of an ensemble must share one vocabulary")
+
+
+def translate_lines(cfg: configs.TransformerConfig, params: Params, tokenizer: vocab.Tokenizer,
+                    lines: Sequence[str], *, beam_size: Optional[int] = None,
+                    alpha: Optional[float] = None, max_decode_extra: Optional[int] = None,
+                    batch_size: Optional[int] = None,
+                    warn: Callable[[str], None] = log.warning) -> list[str]:
+  """One translation per line, in input order; settings default to the config's.
+
+  Blank lines give "" without decoding; long lines are truncated with a warning.
+  """
+  search = generate.Search.from_config(cfg, beam_size=beam_size, alpha=alpha,
+                                       max_decode_extra=max_decode_extra)
+  stream = streaming.translate_stream(
+      [generate.Member(cfg, params)], tokenizer, lines, search=search,
+      batch_size=batch_size or cfg.decode_batch_size, window=max(len(lines), 1), warn=warn)
+  return [t.text for t in stream]
+
+
+class Translator:
+  """Trained models (one, or an ensemble) with their tokenizer, ready to translate lines."""
+
+  def __init__(self, workdir: str | os.PathLike, average: bool = True,
+               ensemble: Sequence[str | os.PathLike] = (), **overrides: Any):
+    """`workdir`: a work directory or a checkpoint in one; `ensemble`: more of them.
+
+    `average`: a work directory's averaged params if present (else its latest
+    checkpoint's). `overrides`: config fields to change for decoding, e.g.
+    beam_size=1; the first model's config gives the decoding defaults.
+    """
+    first, self.tokenizer = load_model(workdir, average, **overrides)
+    self.cfg, self.params = first.cfg, first.params
+    self.members = [first]
+    for path in ensemble:
+      member, tokenizer = load_model(path, average)
+      _check_same_vocabulary(str(workdir), self.tokenizer, self.cfg, str(path), tokenizer,
+                             member.cfg)
+      self.members.append(member)
+
+  def translate(self, lines: Sequence[str], **settings: Any) -> list[str]:
+    """The best translation of each line; `settings` as for `translate_stream`."""
+    stream = self.translate_stream(lines, **{"window": max(len(lines), 1), **settings})
+    return [t.text for t in stream]
+
+  def translate_stream(self, lines: Iterable[str], *, n_best: int = 1,
+                       alignments: bool | streaming.Alignments = False, sample: bool = False,
+                       temperature: float = 1.0, top_k: int = 0, seed: int = 0,
+                       beam_size: Optional[int] = None, alpha: Optional[float] = None,
+                       max_decode_extra: Optional[int] = None, batch_size: Optional[int] = None,
+                       window: Optional[int] = None, in_flight: int = in_flight_lib.DEFAULT,
+                       warn: Callable[[str], None] = log.warning) -> Iterator[streaming.Translation]:
+    """One `streaming.Translation` per line as the lines arrive, in input order.
+
+    n_best: hypotheses per line (beam search: at most beam_size; with
+    `sample`: independent samples, drawn with temperature and top_k (0: the
+    whole vocabulary), seeded by `seed` and the line's index). `alignments`:
+    True or `streaming.Alignments(layer, head)` adds word alignments. Beam
+    settings and `batch_size` default to the config's; `window` lines are held
+    at once (default 16 batches), `in_flight` batches of them decoding at once.
+    """
+    search = generate.Search.from_config(
+        self.cfg, beam_size=beam_size, alpha=alpha, max_decode_extra=max_decode_extra,
+        n_best=n_best, sample=sample, temperature=temperature, top_k=top_k, seed=seed)
+    if alignments is True:
+      alignments = streaming.Alignments()
+    return streaming.translate_stream(
+        self.members, self.tokenizer, lines, search=search,
+        batch_size=batch_size or self.cfg.decode_batch_size, window=window,
+        alignments=alignments or None, in_flight=in_flight, warn=warn)

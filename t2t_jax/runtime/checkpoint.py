@@ -1,0 +1,484 @@
+"""Checkpoints: periodic saving, resuming after a kill, averaging the last N (section 6.1).
+
+Layout of a work directory:
+  checkpoints/<step>/state    TrainState pytree (StandardSave; host NumPy arrays)
+  checkpoints/<step>/meta     JSON: the caller's `extras` (data iterator position, ...)
+  averaged/<step>/params      mean of the last N checkpoints' params (float32)
+  averaged/<step>/info        JSON: which steps were averaged
+
+Orbax writes every step into `<step>.orbax-checkpoint-tmp` and renames it when
+complete, so a run killed mid-save leaves only finished checkpoints behind; the
+next `Checkpointer` deletes the leftover temporary directory. Arrays are stored
+unreplicated and without sharding, so a checkpoint restores onto any number of
+devices and processes. In a multi-process run every process takes part in each
+save and restore (orbax needs them all; every process holds the same state,
+and process 0 writes it). The dropout
+key is not saved: it is derived from `cfg.seed` and the step (docs/training.md).
+The console script `t2t-average-checkpoints` is cli/average.py.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import pathlib
+import time
+import warnings
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+import jax
+import numpy as np
+import orbax.checkpoint as ocp
+from orbax.checkpoint import checkpoint_managers
+
+from t2t_jax import configs
+from t2t_jax.runtime import multihost
+
+CHECKPOINT_DIR = "checkpoints"
+AVERAGED_DIR = "averaged"
+CORRUPT_SUFFIX = ".corrupt"
+
+log = logging.getLogger(__name__)
+
+PyTree = Any
+
+
+class CheckpointWarning(UserWarning):
+  """A checkpoint was skipped or set aside; the message names it."""
+
+
+def _host_copy(tree: PyTree) -> PyTree:
+  """Owned NumPy copies of every leaf.
+
+  Not views: on CPU `np.asarray` aliases the device buffer, and the async save
+  may still be reading it when the next train step (which donates the state) runs.
+  """
+  def copy(x):
+    if isinstance(x, jax.Array) and jax.dtypes.issubdtype(x.dtype, jax.dtypes.prng_key):
+      raise ValueError("typed PRNG keys cannot be stored in a checkpoint; derive the key "
+                       "from the config's seed instead")
+    return np.array(x, copy=True)
+  return jax.tree.map(copy, jax.device_get(tree))
+
+
+def _abstract(tree: PyTree) -> PyTree:
+  """Shape/dtype-only target without sharding, so that restoring yields host arrays."""
+  def spec(x):
+    if not hasattr(x, "shape"):
+      x = np.asarray(x)
+    return jax.ShapeDtypeStruct(x.shape, x.dtype)
+  return jax.tree.map(spec, tree)
+
+
+def _json_clean(obj: Any, what: str) -> Any:
+  """A plain-JSON copy of `obj` (NumPy scalars and arrays become numbers and lists)."""
+  def default(x):
+    if isinstance(x, (np.generic, np.ndarray)):
+      return x.tolist()
+    raise TypeError(f"{type(x).__name__} is not JSON-serialisable")
+  try:
+    return json.loads(json.dumps(obj, default=default))
+  except (TypeError, ValueError) as e:
+    raise ValueError(f"{what} must be JSON-serialisable: {e}") from None
+
+
+def _registry(tree_handler: type[ocp.CheckpointHandler]) -> Any:
+  """Handlers of a training checkpoint's items and of an averaged one's.
+
+  Writing uses StandardCheckpointHandler; reading uses PyTreeCheckpointHandler
+  (same files), which can restore the params without the optimiser state.
+  """
+  return ocp.handlers.create_default_handler_registry(
+      state=tree_handler(), meta=ocp.JsonCheckpointHandler(), params=tree_handler(),
+      info=ocp.JsonCheckpointHandler())
+
+
+def _read_manager(directory: pathlib.Path) -> ocp.CheckpointManager:
+  """A manager for reading only; items restore in parts (params without the rest).
+
+  Not `read_only=True`, which only adds log noise: this manager never saves,
+  and without `cleanup_tmp_directories` it leaves a running save alone.
+  """
+  return ocp.CheckpointManager(
+      directory,
+      options=ocp.CheckpointManagerOptions(create=False, enable_async_checkpointing=False),
+      handler_registry=_registry(ocp.PyTreeCheckpointHandler))
+
+
+def _set_aside(path: pathlib.Path) -> pathlib.Path:
+  """Renames a broken step directory so that orbax no longer sees it as a step."""
+  target = path.with_name(path.name + CORRUPT_SUFFIX)
+  n = 1
+  while target.exists():
+    target = path.with_name(f"{path.name}{CORRUPT_SUFFIX}{n}")
+    n += 1
+  os.replace(path, target)
+  return target
+
+
+def _describe(error: BaseException) -> str:
+  return f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+
+
+@dataclasses.dataclass
+class _Retention:
+  """Orbax's preservation policy: the newest `keep` checkpoints, not counting interim ones.
+
+  An interim checkpoint (saved off the schedule on a preemption, `interim`
+  holds their steps) is kept only while it is the newest: once the resumed run
+  saves again it goes, so the checkpoints left to average are the ones an
+  uninterrupted run would have.
+  """
+  keep: int
+  interim: set[int]
+
+  def should_preserve(self, checkpoints: Sequence[Any], *, context: Any) -> list[bool]:
+    del context
+    newest = max((c.step for c in checkpoints), default=None)
+    regular = sorted(c.step for c in checkpoints
+                     if c.step == newest or c.step not in self.interim)
+    kept = set(regular[-self.keep:])
+    return [c.step in kept for c in checkpoints]
+
+
+class Checkpointer:
+  """Saves the training state every `checkpoint_every_steps` steps and/or minutes.
+
+  Keeps the last max(average_last, 2) checkpoints, so there is always one to
+  average over and one to fall back on (an interim save, `maybe_save(...,
+  interim=True)`, does not count and goes at the next save). Saving is asynchronous: `maybe_save`
+  returns once the state is copied to host memory; `wait()` blocks until the
+  files are complete and `close()` (or leaving a `with` block) also finishes.
+  `clock` returns seconds and is injectable for tests.
+  """
+
+  def __init__(self, workdir: str | os.PathLike, cfg: configs.TransformerConfig, *,
+               clock: Callable[[], float] = time.monotonic, async_save: bool = True):
+    minutes = cfg.checkpoint_every_minutes
+    if minutes is not None and minutes <= 0:
+      raise ValueError(f"checkpoint_every_minutes={minutes} must be positive (or None)")
+    self.directory = pathlib.Path(workdir).absolute() / CHECKPOINT_DIR
+    self.keep = max(cfg.average_last, 2)
+    self._every_steps = cfg.checkpoint_every_steps
+    self._every_seconds = None if minutes is None else 60.0 * minutes
+    self._clock = clock
+    self._last_save_time = clock()
+    self._retention = _Retention(self.keep, set())
+    self._writing_step: Optional[int] = None
+    self._write_error: Optional[OSError] = None
+    self._manager = ocp.CheckpointManager(
+        self.directory,
+        options=ocp.CheckpointManagerOptions(
+            preservation_policy=self._retention,
+            enable_async_checkpointing=async_save,
+            cleanup_tmp_directories=True),
+        handler_registry=_registry(ocp.StandardCheckpointHandler))
+    self._retention.interim.update(s for s in self._manager.all_steps() if self._is_interim(s))
+
+  def _is_interim(self, step: int) -> bool:
+    try:
+      meta = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+      return bool(meta["meta"].get("interim"))
+    except Exception:  # pylint: disable=broad-except
+      return False  # a damaged step: restore_latest deals with it
+
+  def all_steps(self) -> list[int]:
+    return sorted(self._manager.all_steps())
+
+  @property
+  def latest_step(self) -> Optional[int]:
+    return self._manager.latest_step()
+
+  def _is_new(self, step: int) -> bool:
+    latest = self.latest_step
+    return latest is None or step > latest
+
+  def should_save(self, step: int) -> bool:
+    """Whether `step` is due by the step interval or by the wall-clock interval.
+
+    Every process of a multi-process run must save the same steps, and their
+    clocks differ: a save due by the clock is process 0's decision, shared.
+    """
+    if not self._is_new(step):
+      return False
+    if self._every_steps is not None and step % self._every_steps == 0:
+      return True
+    if self._every_seconds is None:
+      return False
+    due = lambda: "1" if self._clock() - self._last_save_time >= self._every_seconds else ""
+    return bool(multihost.agree("checkpoint_due", due))
+
+  def maybe_save(self, step: int, state: PyTree, extras: Optional[dict] = None,
+                 force: bool = False, interim: bool = False) -> bool:
+    """Saves `state` (unreplicated) and `extras` (JSON) if due.
+
+    `force` saves regardless of the intervals (e.g. at the end of training), but
+    never a step at or before the latest saved one. `interim` (implies force): a
+    save off the schedule, on a preemption; it is deleted at the next save and
+    never counts among the last `keep`. Returns whether it saved.
+    """
+    step = int(step)
+    if not (self._is_new(step) and (force or interim or self.should_save(step))):
+      return False
+    extras = _json_clean({} if extras is None else extras, "extras")
+    meta = {"extras": extras, "saved_at": time.time(), "interim": interim}
+    if interim:
+      self._retention.interim.add(step)
+    host_state = _host_copy(state)
+    with self._writing():  # also reports a failure of the previous (asynchronous) save
+      self._manager.save(step, force=True, args=ocp.args.Composite(
+          state=ocp.args.StandardSave(host_state), meta=ocp.args.JsonSave(meta)))
+    self._writing_step = step
+    self._last_save_time = self._clock()
+    return True
+
+  @contextlib.contextmanager
+  def _writing(self) -> Iterator[None]:
+    """Turns a failed write (disk full, read-only) into one OSError saying what to do."""
+    if self._write_error is not None:
+      raise self._write_error
+    try:
+      yield
+    except OSError as e:
+      complete = [int(p.name) for p in self.directory.glob("*") if p.name.isdigit()]
+      kept = (f"the last complete checkpoint, step {max(complete)}, is intact"
+              if complete else "no complete checkpoint exists yet")
+      self._write_error = OSError(
+          f"could not write checkpoint step {self._writing_step} to {self.directory} "
+          f"({e.strerror or e}); {kept}. Free space or make the directory writable, then run "
+          "the same command again to resume")
+      raise self._write_error from None
+
+  def _restore_step(self, step: int, target: PyTree) -> tuple[PyTree, dict]:
+    restored = self._manager.restore(step, args=ocp.args.Composite(
+        state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
+    return restored["state"], dict(restored["meta"]["extras"])
+
+  def restore_latest(self, target_state: PyTree) -> Optional[tuple[PyTree, dict]]:
+    """The newest checkpoint that restores, as (state, extras); None when there is none.
+
+    `target_state` gives the structure, shapes and dtypes (real arrays or
+    `jax.eval_shape` output); the restored leaves are host NumPy arrays. A newer
+    checkpoint that fails to restore while an older one succeeds is broken: it
+    is renamed to `<step>.corrupt` with a warning, and the older one is used. If
+    none restores (e.g. the config changed), the error is raised and nothing moves.
+    """
+    self.wait()
+    self._manager.reload()
+    steps = sorted(self._manager.all_steps(), reverse=True)
+    if not steps:
+      return None
+    target = _abstract(target_state)
+    failures: list[tuple[int, BaseException]] = []
+    for step in steps:
+      try:
+        state, extras = self._restore_step(step, target)
+      except Exception as e:  # pylint: disable=broad-except
+        failures.append((step, e))
+        continue
+      if failures:
+        self._set_aside(failures, step)
+      return state, extras
+    details = "; ".join(f"step {s}: {_describe(e)}" for s, e in failures)
+    raise RuntimeError(
+        f"no checkpoint in {self.directory} restores into the given state ({details}). "
+        "If the config changed, use a new workdir; if the files are damaged, delete them"
+    ) from failures[0][1]
+
+  def _set_aside(self, failures: Sequence[tuple[int, BaseException]], step: int) -> None:
+    """Renames the newer checkpoints that failed to restore (process 0 does), then reloads."""
+    if multihost.is_main():
+      for bad_step, error in failures:
+        path = self.directory / str(bad_step)
+        moved = _set_aside(path)
+        warnings.warn(
+            f"checkpoint step {bad_step} at {path} could not be restored ({_describe(error)}); "
+            f"moved it to {moved} and resumed from step {step}", CheckpointWarning, stacklevel=3)
+    multihost.barrier("checkpoint_set_aside")  # the others list the steps after the rename
+    self._manager.reload()
+
+  def wait(self) -> None:
+    """Blocks until every save issued so far is complete on disk; OSError if one failed."""
+    with self._writing():
+      self._manager.wait_until_finished()
+
+  def close(self) -> None:
+    """Finishes the saves; a write failure already raised is not raised again."""
+    try:
+      if self._write_error is None:
+        self.wait()
+    finally:
+      try:
+        self._manager.close()
+      except OSError:
+        if self._write_error is None:
+          raise
+
+  def __enter__(self) -> "Checkpointer":
+    return self
+
+  def __exit__(self, *exc_info) -> None:
+    self.close()
+
+
+def _restore_params(manager: ocp.CheckpointManager, step: int, item: str = "state") -> PyTree:
+  """The `params` subtree of one saved state (or of an averaged checkpoint), on the host."""
+  tree = manager.item_metadata(step)[item].tree
+  params = tree["params"] if item == "state" else tree
+  target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), params)
+  if item == "state":
+    target = {"params": target}
+  restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)
+  restored = manager.restore(step, args=ocp.args.Composite(**{
+      item: ocp.args.PyTreeRestore(item=target, restore_args=restore_args,
+                                   partial_restore=item == "state")}))[item]
+  return restored["params"] if item == "state" else restored
+
+
+def _steps(directory: pathlib.Path) -> list[int]:
+  if not directory.is_dir():
+    return []
+  with _read_manager(directory) as manager:
+    return sorted(manager.all_steps())
+
+
+def _newest_loadable(manager, directory: pathlib.Path, steps: Sequence[int]):
+  """Yields (step, params) newest first, warning about and skipping those that fail to load."""
+  for step in reversed(steps):
+    try:
+      params = _restore_params(manager, step)
+    except Exception as e:  # pylint: disable=broad-except
+      warnings.warn(f"skipping checkpoint step {step} at {directory / str(step)} "
+                    f"({_describe(e)})", CheckpointWarning, stacklevel=3)
+      continue
+    yield step, params
+
+
+def average_checkpoints(workdir: str | os.PathLike, last: int = 5) -> PyTree:
+  """The float32 mean of the params of the last `last` checkpoints; also written to `averaged/`.
+
+  Fewer checkpoints than `last`: averages those there are, with a warning. A
+  checkpoint that fails to load is skipped with a warning (the next older one
+  takes its place). Raises FileNotFoundError when there is no checkpoint at all.
+  """
+  if last < 1:
+    raise ValueError(f"last={last} must be at least 1")
+  workdir = pathlib.Path(workdir).absolute()
+  directory = workdir / CHECKPOINT_DIR
+  steps = _steps(directory)
+  if not steps:
+    raise FileNotFoundError(f"no checkpoints in {directory}: train into {workdir} first")
+  total, used = None, []
+  with _read_manager(directory) as manager:
+    for step, params in _newest_loadable(manager, directory, steps):
+      # Sums in float64 so that the mean of N float32 values is rounded once.
+      params = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
+      total = params if total is None else jax.tree.map(np.add, total, params)
+      used.append(step)
+      if len(used) == last:
+        break
+  if not used:
+    raise FileNotFoundError(f"none of the checkpoints {steps} in {directory} could be loaded")
+  if len(used) < last:
+    warnings.warn(f"averaging {len(used)} checkpoint(s) (steps {sorted(used)}), fewer than "
+                  f"last={last}", CheckpointWarning, stacklevel=2)
+  used.sort()
+  averaged = jax.tree.map(lambda x: (x / len(used)).astype(np.float32), total)
+  _write_averaged(workdir / AVERAGED_DIR, averaged, used)
+  return averaged
+
+
+def _write_averaged(directory: pathlib.Path, params: PyTree, steps: Sequence[int]) -> None:
+  """Writes a params-only checkpoint named after the newest averaged step."""
+  options = ocp.CheckpointManagerOptions(
+      preservation_policy=checkpoint_managers.LatestN(1), enable_async_checkpointing=False,
+      cleanup_tmp_directories=True)
+  with ocp.CheckpointManager(directory, options=options,
+                             handler_registry=_registry(ocp.StandardCheckpointHandler)) as manager:
+    if steps[-1] in manager.all_steps():
+      manager.delete(steps[-1])
+    manager.save(steps[-1], force=True, args=ocp.args.Composite(
+        params=ocp.args.StandardSave(params),
+        info=ocp.args.JsonSave({"averaged_steps": list(steps),
+                                "source": str(directory.parent / CHECKPOINT_DIR)})))
+
+
+def _load_averaged(directory: pathlib.Path, with_params: bool = True
+                   ) -> tuple[Optional[PyTree], int, dict]:
+  """The params (if asked), step and info of the averaged checkpoint in `directory`."""
+  with _read_manager(directory) as manager:
+    step = manager.latest_step()
+    params = _restore_params(manager, step, item="params") if with_params else None
+    info = manager.restore(step, args=ocp.args.Composite(info=ocp.args.JsonRestore()))["info"]
+  return params, step, info
+
+
+def averaged_steps(workdir: str | os.PathLike) -> list[int]:
+  """The checkpoint steps behind `workdir/averaged` ([] when nothing was averaged)."""
+  directory = pathlib.Path(workdir).absolute() / AVERAGED_DIR
+  if not _steps(directory):
+    return []
+  return list(_load_averaged(directory, with_params=False)[2]["averaged_steps"])
+
+
+def load_params(workdir: str | os.PathLike, averaged: bool = True) -> PyTree:
+  """Host params: the averaged ones if `averaged` and present, else the latest checkpoint's.
+
+  Logs which ones it loaded.
+  """
+  workdir = pathlib.Path(workdir).absolute()
+  directory = workdir / CHECKPOINT_DIR
+  checkpoint_steps = _steps(directory)
+  if averaged and _steps(workdir / AVERAGED_DIR):
+    try:
+      params, step, info = _load_averaged(workdir / AVERAGED_DIR)
+    except Exception as e:  # pylint: disable=broad-except
+      warnings.warn(f"cannot load the averaged params in {workdir / AVERAGED_DIR} "
+                    f"({_describe(e)}); using the latest checkpoint", CheckpointWarning,
+                    stacklevel=2)
+    else:
+      log.info("Loaded the average of steps %s from %s", info["averaged_steps"],
+               workdir / AVERAGED_DIR / str(step))
+      if checkpoint_steps and checkpoint_steps[-1] > step:
+        warnings.warn(f"{workdir / AVERAGED_DIR} averages up to step {step} but {directory} "
+                      f"has step {checkpoint_steps[-1]}; run t2t-average-checkpoints "
+                      f"--workdir {workdir} to refresh it", CheckpointWarning, stacklevel=2)
+      return params
+  if not checkpoint_steps:
+    raise FileNotFoundError(f"no checkpoints in {directory}: train into {workdir} first")
+  with _read_manager(directory) as manager:
+    for step, params in _newest_loadable(manager, directory, checkpoint_steps):
+      log.info("Loaded the params of step %d from %s%s", step, directory / str(step),
+               " (no averaged checkpoint)" if averaged else "")
+      return params
+  raise FileNotFoundError(f"none of the checkpoints {checkpoint_steps} in {directory} loads")
+
+
+
+def checkpoint_workdir(path: str | os.PathLike) -> Optional[pathlib.Path]:
+  """The work directory of a checkpoint path `W/checkpoints/<step>` or `W/averaged/<step>`
+  (None for any other path)."""
+  path = pathlib.Path(path).absolute()
+  if path.parent.name in (CHECKPOINT_DIR, AVERAGED_DIR) and path.name.isdigit():
+    return path.parent.parent
+  return None
+
+
+def load_checkpoint_params(path: str | os.PathLike) -> PyTree:
+  """Host params of one checkpoint: `W/checkpoints/<step>` or `W/averaged/<step>`."""
+  path = pathlib.Path(path).absolute()
+  if checkpoint_workdir(path) is None:
+    raise ValueError(f"{path} is not a checkpoint: pass WORKDIR/{CHECKPOINT_DIR}/<step> or "
+                     f"WORKDIR/{AVERAGED_DIR}/<step>")
+  steps = _steps(path.parent)
+  if int(path.name) not in steps:
+    raise FileNotFoundError(f"{path} is not a finished checkpoint; {path.parent} has steps "
+                            f"{steps or 'none'}")
+  item = "state" if path.parent.name == CHECKPOINT_DIR else "params"
+  with _read_manager(path.parent) as manager:
+    params = _restore_params(manager, int(path.name), item=item)
+  log.info("Loaded the params of %s", path)
+  return params

@@ -1,0 +1,1 @@
+"""Training: the loop (`trainer`), the per-device steps, loss, optimiser, device mapping, memory fitting, FLOPs, metrics."""

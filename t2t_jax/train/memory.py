@@ -1,0 +1,150 @@
+"""Peak device memory of one training micro-step, from XLA's own analysis, and what fits.
+
+    stats = memory.step_memory(cfg, rows=16, length=256)   # bytes on one device
+    cfg = memory.resolve_max_tokens_per_device(cfg, num_global_devices, length=256)
+
+The training loop calls `resolve_max_tokens_per_device` at setup. An explicit
+`max_tokens_per_device` is kept as it is; None (the default) is replaced by the
+largest micro-batch whose compiled step fits in the device's memory with
+`cfg.memory_margin` to spare, and the gradient accumulation follows from it
+(`accum_steps`). No out-of-memory by trial and error: the compiler says what a
+step needs before the first one runs (on any backend, CPU included).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import logging
+import math
+import os
+from typing import Optional
+
+import jax
+import jax.numpy as jnp
+
+from t2t_jax.configs import TransformerConfig
+from t2t_jax.runtime import multihost
+from t2t_jax.train import optim
+from t2t_jax.train import parallel
+from t2t_jax.train import steps
+
+log = logging.getLogger(__name__)
+
+GiB = 1 << 30
+
+
+@dataclasses.dataclass(frozen=True)
+class StepMemory:
+  """Bytes of one device's compiled train step (XLA's `memory_analysis`)."""
+  arguments: int      # state + batch + key
+  outputs: int        # new state + metrics
+  aliased: int        # outputs written into donated arguments (the state)
+  temporaries: int    # activations, gradients, optimizer temporaries
+
+  @property
+  def peak(self) -> int:
+    """Everything live at once, counted once: an upper bound on the step's footprint."""
+    return self.arguments + self.outputs - self.aliased + self.temporaries
+
+
+def step_memory(cfg: TransformerConfig, rows: int, length: int, packed: bool = False,
+                device: Optional[jax.Device] = None) -> StepMemory:
+  """Compiles (does not run) the train step for one micro-batch [rows, length] on `device`.
+
+  The step is the training loop's own (pmapped, state donated, Adam update
+  included), traced on shapes only: nothing is allocated.
+  """
+  device = device or jax.local_devices()[0]
+  optimizer = optim.make_optimizer(cfg)
+  create = functools.partial(steps.create_train_state, cfg, optimizer)
+  state = jax.eval_shape(create, jax.random.key(0))
+  stacked = jax.tree.map(lambda x: jax.ShapeDtypeStruct((1, *x.shape), x.dtype), state)
+  names = ("inputs", "targets") + (steps.SEGMENT_KEYS if packed else ())
+  batch = {name: jax.ShapeDtypeStruct((1, 1, rows, length), jnp.int32) for name in names}
+  key = jax.eval_shape(lambda: jax.random.key(0))
+  step = parallel.pmap_train_step(cfg, optimizer, [device])
+  stats = step.lower(stacked, batch, key).compile().memory_analysis()
+  return StepMemory(stats.argument_size_in_bytes, stats.output_size_in_bytes,
+                    stats.alias_size_in_bytes, stats.temp_size_in_bytes)
+
+
+def device_memory(device: Optional[jax.Device] = None) -> int:
+  """Bytes one device may use: the allocator's limit, or on CPU the host's RAM / devices."""
+  device = device or jax.local_devices()[0]
+  try:
+    stats = device.memory_stats() or {}
+  except Exception:  # backends without memory stats raise instead of returning None
+    stats = {}
+  if "bytes_limit" in stats:
+    return int(stats["bytes_limit"])
+  host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+  return host // max(1, jax.local_device_count())
+
+
+def fit_rows(cfg: TransformerConfig, length: int, budget: int, max_rows: int,
+             packed: bool = False, device: Optional[jax.Device] = None) -> int:
+  """The most rows of `length` tokens, at most `max_rows`, whose step fits in `budget` bytes.
+
+  Memory is affine in the rows (fixed state, activations per row), so two
+  compiles give the line and a third confirms the choice. Raises ValueError
+  when not even one row fits.
+  """
+  measure = lambda rows: step_memory(cfg, rows, length, packed, device).peak
+  high = max(1, max_rows)
+  high_bytes = measure(high)
+  if high_bytes <= budget:
+    return high
+  low = max(1, high // 4)
+  low_bytes = measure(low) if low < high else high_bytes
+  while low_bytes > budget:
+    if low == 1:
+      raise ValueError(
+          f"one row of {length} tokens needs {low_bytes / GiB:.2f} GiB per device for the "
+          f"training step, more than the {budget / GiB:.2f} GiB available; shorten "
+          "max_source_length/max_target_length, use dtype=bfloat16 or a smaller model")
+    high, high_bytes = low, low_bytes
+    low = max(1, low // 4)
+    low_bytes = measure(low)
+  per_row = max(1.0, (high_bytes - low_bytes) / (high - low))
+  rows = min(high - 1, low + int((budget - low_bytes) / per_row))
+  while rows > low and measure(rows) > budget:
+    rows = max(low, int(rows * 0.9))
+  return rows
+
+
+def resolve_max_tokens_per_device(cfg: TransformerConfig, num_global_devices: int,
+                                  length: int, packed: bool = False,
+                                  device: Optional[jax.Device] = None) -> TransformerConfig:
+  """`cfg` with `max_tokens_per_device` set: kept if given, else the largest that fits.
+
+  `length` is the longest row the batches will have (the last bucket, or the
+  packed row length): the worst case for memory at a given token count. The
+  micro-batch is chosen through the number of micro-steps, so that the
+  resulting `max_tokens_per_device` splits the update evenly.
+  """
+  if cfg.max_tokens_per_device is not None:
+    return cfg
+  # Process 0 decides for all: every process must cut the same number of micro-steps.
+  tokens = int(multihost.agree("max_tokens_per_device", lambda: str(
+      _fit_tokens(cfg, num_global_devices, length, packed, device))))
+  return cfg.replace(max_tokens_per_device=tokens)
+
+
+def _fit_tokens(cfg: TransformerConfig, num_global_devices: int, length: int, packed: bool,
+                device: Optional[jax.Device]) -> int:
+  device = device or jax.local_devices()[0]
+  limit = device_memory(device)
+  budget = int(limit * (1.0 - cfg.memory_margin))
+  global_rows = max(1, cfg.tokens_per_batch // length)     # rows of the longest batches
+  max_rows = math.ceil(global_rows / num_global_devices)   # one micro-step per update
+  rows = fit_rows(cfg, length, budget, max_rows, packed, device)
+  accum = math.ceil(global_rows / (num_global_devices * rows))
+  tokens = math.ceil(cfg.tokens_per_batch / (num_global_devices * accum))
+  while tokens > 1 and math.ceil(cfg.tokens_per_batch / (num_global_devices * tokens)) < accum:
+    tokens -= 1  # rounding must not give back a micro-step (accum_steps recomputes it)
+  log.info("Memory: %.2f GiB per device (%s); a micro-step of %d rows x %d tokens fits "
+           "with a %.0f%% margin: max_tokens_per_device=%d, %d micro-step(s) per update",
+           limit / GiB, device.device_kind, rows, length, 100 * cfg.memory_margin, tokens,
+           accum)
+  return tokens
