@@ -7,7 +7,7 @@ rows in order ("A1".."A4", "B1", "B2", "C1".."C7", "D1".."D4", "E"), "parsing"
 minutes on a CPU.
 
 The config is flat on purpose: model, data, training, checkpointing and decoding
-fields live side by side so that `--config.<field>=<value>` (cli.py) reaches any
+fields live side by side so that `--config.<field>=<value>` (cli/flags.py) reaches any
 of them. The model reads only the model fields.
 """
 
@@ -32,7 +32,7 @@ class TransformerConfig:
   d_k: Optional[int] = None        # query/key depth per head; None: d_model // num_heads
   d_v: Optional[int] = None        # value depth per head; None: d_model // num_heads
   dropout_rate: float = 0.1        # P_drop: sub-layer outputs and embeddings + positions
-  # How those dropout masks are drawn (dropout.py): "hash" (an index hash that XLA
+  # How those dropout masks are drawn (model/dropout.py): "hash" (an index hash that XLA
   # fuses and the backward pass recomputes) or "threefry" (jax.random.bernoulli).
   dropout_generator: str = "hash"
   attention_dropout_rate: float = 0.0  # on attention probabilities (tuned for parsing)
@@ -60,7 +60,7 @@ class TransformerConfig:
   max_target_length: int = 256
   tokens_per_batch: int = 25000    # per side, per update, across all devices and micro-steps
   # Per micro-step on one device; more means gradient accumulation. None: the most
-  # that fits in the device's memory with `memory_margin` to spare (memory.py).
+  # that fits in the device's memory with `memory_margin` to spare (train/memory.py).
   max_tokens_per_device: Optional[int] = None
   memory_margin: float = 0.1       # share of device memory the choice above leaves free
   # Micro-steps per iteration of the accumulation loop (lax.scan's unroll). Above 1,
@@ -86,8 +86,8 @@ class TransformerConfig:
   eval_every_steps: int = 1000
   num_eval_batches: Optional[int] = None  # None: the whole dev set
   peak_tflops: Optional[float] = None  # per device, for MFU; None: looked up by device kind
-  parallelism: str = "pmap"        # how steps map over devices: "pmap" or "shard_map" (parallel.py)
-  compilation_cache: bool = True   # JAX's persistent compilation cache (t2t_jax/compile_cache.py)
+  parallelism: str = "pmap"        # how steps map over devices: "pmap" or "shard_map" (train/parallel.py)
+  compilation_cache: bool = True   # JAX's persistent compilation cache (t2t_jax/runtime/compile_cache.py)
 
   # --- Checkpoints (section 6.1) ---
   checkpoint_every_steps: Optional[int] = None
@@ -108,6 +108,15 @@ class TransformerConfig:
   def value_depth(self) -> int:
     return self.d_v if self.d_v is not None else self.d_model // self.num_heads
 
+  @property
+  def model(self) -> "ModelConfig":
+    """The model's own fields: what the model classes and the compiled programs take.
+
+    Jitted functions take this as their static argument rather than the whole run
+    config, so changing a training or data field does not recompile decoding.
+    """
+    return ModelConfig(**{name: getattr(self, name) for name in MODEL_FIELDS})
+
   def __post_init__(self):
     _validate(self)
 
@@ -116,6 +125,43 @@ class TransformerConfig:
     if unknown:
       raise ValueError(f"unknown config field(s) {unknown}; see t2t_jax/configs.py for the list")
     return dataclasses.replace(self, **overrides)
+
+
+@dataclasses.dataclass(frozen=True)
+class ModelConfig:
+  """The fields the model reads (section 3 and Table 3's columns); `TransformerConfig.model`.
+
+  Each field means what the same field of `TransformerConfig` means; values are
+  checked there. Hashable and small: it is the static argument of every jitted
+  model function.
+  """
+
+  vocab_size: int
+  num_layers: int
+  d_model: int
+  d_ff: int
+  num_heads: int
+  d_k: Optional[int]
+  d_v: Optional[int]
+  dropout_rate: float
+  dropout_generator: str
+  attention_dropout_rate: float
+  positional_encoding: str
+  max_len: int
+  share_embeddings: bool
+  dtype: str
+  attention_window: Optional[int]
+  attention_impl: str
+
+  key_depth = TransformerConfig.key_depth
+  value_depth = TransformerConfig.value_depth
+
+  @property
+  def model(self) -> "ModelConfig":
+    return self
+
+
+MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig))
 
 
 # What each field accepts, in one place: (check, description). Types come from the
@@ -136,7 +182,7 @@ def _one_of(*choices: str) -> tuple[Any, str]:
   return (lambda v: v in choices), "one of " + ", ".join(repr(c) for c in choices)
 
 
-DROPOUT_GENERATORS = ("hash", "threefry")  # dropout.py draws masks with either
+DROPOUT_GENERATORS = ("hash", "threefry")  # model/dropout.py draws masks with either
 
 _POSITIVE_INT = (_positive, "a positive integer")
 _POSITIVE_NUMBER = (_positive, "a positive number")
@@ -325,7 +371,7 @@ PAPER_DEV: dict[str, tuple[float, float]] = {
 
 
 def count_params(c: TransformerConfig) -> int:
-  """Closed-form count of t2t_jax.model's parameters (equals `init_params`'s, tested).
+  """Closed-form count of t2t_jax.model.transformer's parameters (equals `init_params`'s, tested).
 
   Attention projections have no biases (the paper's equations have none);
   the FFN has b1, b2; every LayerNorm has a scale and a bias.

@@ -7,7 +7,8 @@ import typing
 import jax
 import pytest
 
-from t2t_jax import cli, configs
+from t2t_jax import configs
+from t2t_jax.cli import flags as cli
 from t2t_jax.configs import PAPER_PARAMS_M, count_params, get_config
 
 
@@ -17,7 +18,7 @@ def _real_count(cfg):
 
 
 def _init_params():
-  from t2t_jax import model   # imported lazily: the validation tests need no JAX model
+  from t2t_jax.model import transformer as model   # imported lazily: the validation tests need no JAX model
   return model.init_params
 
 
@@ -163,3 +164,18 @@ def test_accepts_describes_optional_and_enumerated_fields():
   assert configs.accepts("dtype") == "one of 'float32', 'bfloat16'"
   assert configs.accepts("share_embeddings") == "true or false"
   assert get_config("base", learning_rate_scale=2).learning_rate_scale == 2  # an int is a number
+
+
+def test_model_config_holds_the_model_fields_only():
+  cfg = configs.get_config("demo")
+  hints = typing.get_type_hints(configs.TransformerConfig)
+  model_hints = typing.get_type_hints(configs.ModelConfig)
+  assert set(model_hints) == set(configs.MODEL_FIELDS)
+  assert all(model_hints[name] == hints[name] for name in configs.MODEL_FIELDS)
+  assert {name: getattr(cfg.model, name) for name in configs.MODEL_FIELDS} == {
+      name: getattr(cfg, name) for name in configs.MODEL_FIELDS}
+  assert (cfg.model.key_depth, cfg.model.value_depth) == (cfg.key_depth, cfg.value_depth)
+  # A run field leaves the model config (a jitted function's static argument) equal...
+  assert cfg.replace(eval_every_steps=7, beam_size=2, seed=3).model == cfg.model
+  # ...a model field does not.
+  assert cfg.replace(d_ff=64).model != cfg.model
