@@ -13,7 +13,7 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The persistent compilation cache (~/.cache/t2t_jax/jax), as the commands use it:
 # a second run of the suite reads most executables from disk.
 # T2T_JAX_COMPILATION_CACHE=off runs it without.
-from t2t_jax import compile_cache  # noqa: E402  (after the environment above)
+from t2t_jax.runtime import compile_cache  # noqa: E402  (after the environment above)
 
 compile_cache.enable()
 

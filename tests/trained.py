@@ -16,8 +16,13 @@ import pathlib
 import jax
 import numpy as np
 
-from t2t_jax import checkpoint, configs, optim, parallel, steps, vocab
-from t2t_jax.datasets import demo
+from t2t_jax import configs
+from t2t_jax.data import demo
+from t2t_jax.data import vocab
+from t2t_jax.runtime import checkpoint
+from t2t_jax.train import optim
+from t2t_jax.train import parallel
+from t2t_jax.train import steps
 
 LENGTH = 20          # pieces per side, EOS included; longer pairs are left out
 ROWS = 64            # sentence pairs per update

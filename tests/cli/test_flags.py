@@ -5,7 +5,9 @@ import signal
 
 import pytest
 
-from t2t_jax import cli, configs, preemption
+from t2t_jax import configs
+from t2t_jax.cli import flags as cli
+from t2t_jax.runtime import preemption
 
 
 def _parser():

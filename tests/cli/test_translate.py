@@ -1,4 +1,4 @@
-"""inference.py and t2t-translate on a tiny random model in a temporary work directory.
+"""inference/translator.py and t2t-translate on a tiny random model in a temporary work directory.
 
 One line out per line in, in input order; n-best lists, alignments, samples and
 ensembles from the command line; clear errors for a work directory without a
@@ -16,18 +16,18 @@ import jax
 import numpy as np
 import pytest
 
-from t2t_jax import checkpoint
 from t2t_jax import configs
-from t2t_jax import decode
+from t2t_jax.cli import translate
+from t2t_jax.data import demo
+from t2t_jax.data import textio
+from t2t_jax.data import vocab
+from t2t_jax.decoding import decode
 from t2t_jax.ids import EOS_ID, UNK_ID
-from t2t_jax.datasets import demo
-from t2t_jax import evaluate
-from t2t_jax import inference
-from t2t_jax import model
-from t2t_jax import streaming
-from t2t_jax import textio
-from t2t_jax import translate
-from t2t_jax import vocab
+from t2t_jax.inference import bleu as evaluate
+from t2t_jax.inference import streaming
+from t2t_jax.inference import translator as inference
+from t2t_jax.model import transformer as model
+from t2t_jax.runtime import checkpoint
 
 LONG = " ".join(["the old man saw the small dog"] * 12)
 LINES = [
@@ -107,7 +107,7 @@ def test_command_line_stdin_to_stdout_and_files(workdir, translator, monkeypatch
   expected = translator.translate(LINES, warn=lambda _: None)
   data = ("\r\n".join(LINES) + "\n").encode("utf-8") + b"\xff broken utf-8\n"
   monkeypatch.setattr(sys, "stdin", io.TextIOWrapper(io.BytesIO(data)))
-  with caplog.at_level(logging.WARNING, logger="t2t_jax.streaming"):
+  with caplog.at_level(logging.WARNING, logger="t2t_jax.inference.streaming"):
     translate.main(["--workdir", str(workdir)])
   captured = capsysbinary.readouterr()
   out = captured.out.decode("utf-8").split("\n")

@@ -5,8 +5,8 @@ import logging
 import numpy as np
 import pytest
 
-from t2t_jax import batching
-from t2t_jax.tokens import TokenizedSplit
+from t2t_jax.data import batching
+from t2t_jax.data.tokenized import TokenizedSplit
 
 
 def _split(src_lengths, tgt_lengths):

@@ -12,8 +12,11 @@ import threading
 import numpy as np
 import pytest
 
-from t2t_jax import batching, configs, data, tokens
-from t2t_jax.datasets import demo
+from t2t_jax import configs
+from t2t_jax.data import batching
+from t2t_jax.data import dataset as data
+from t2t_jax.data import demo
+from t2t_jax.data import tokenized as tokens
 
 
 def _write(path, lines):
@@ -251,7 +254,8 @@ def test_a_damaged_demo_corpus_is_written_again(tmp_path, monkeypatch, caplog):
 # Prepares a text dataset in argv[1]; stderr says whether it trained or tokenised.
 _PREPARE = """
 import json, logging, sys
-from t2t_jax import configs, data
+from t2t_jax import configs
+from t2t_jax.data import dataset as data
 logging.basicConfig(level=logging.INFO)
 data.prepare(configs.get_config("base", **json.loads(sys.argv[2])), sys.argv[1])
 """
@@ -262,7 +266,7 @@ def test_concurrent_first_runs_build_vocabulary_and_tokens_once(corpus_dir, tmp_
               if k in ("dataset", "train_files", "dev_files", "test_files", "vocab_size",
                        "max_source_length", "max_target_length", "tokens_per_batch",
                        "max_tokens_per_device", "max_len", "seed")}
-  root = pathlib.Path(__file__).resolve().parents[1]
+  root = pathlib.Path(__file__).resolve().parents[2]
   processes = [subprocess.Popen([sys.executable, "-c", _PREPARE, str(tmp_path),
                                  json.dumps(settings)], cwd=root, stdout=subprocess.DEVNULL,
                                 stderr=subprocess.PIPE, text=True) for _ in range(3)]

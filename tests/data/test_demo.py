@@ -4,7 +4,8 @@ import re
 
 import pytest
 
-from t2t_jax.datasets import demo, demo_syntax
+from t2t_jax.data import demo
+from t2t_jax.data import demo_syntax
 
 
 @pytest.fixture(scope="module")

@@ -1,11 +1,11 @@
-"""packing.py: first-fit decreasing, the packed epoch plan and its layout (pure NumPy)."""
+"""data/packing.py: first-fit decreasing, the packed epoch plan and its layout (pure NumPy)."""
 
 import dataclasses
 
 import numpy as np
 import pytest
 
-from t2t_jax import packing
+from t2t_jax.data import packing
 
 
 @dataclasses.dataclass

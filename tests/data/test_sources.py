@@ -2,7 +2,8 @@
 
 import pytest
 
-from t2t_jax import configs, sources
+from t2t_jax import configs
+from t2t_jax.data import sources
 
 
 def _write(path, lines):

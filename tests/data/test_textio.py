@@ -4,7 +4,7 @@ import io
 
 import pytest
 
-from t2t_jax import textio
+from t2t_jax.data import textio
 
 
 def test_splits_on_newline_only_and_drops_windows_carriage_returns(tmp_path):

@@ -9,8 +9,8 @@ import sys
 
 import pytest
 
-from t2t_jax import vocab
-from t2t_jax.datasets import demo
+from t2t_jax.data import demo
+from t2t_jax.data import vocab
 from t2t_jax.ids import EOS_ID, PAD_ID, UNK_ID
 
 
@@ -116,8 +116,8 @@ def test_a_damaged_spm_json_is_written_again_with_a_warning(tokenizer, tmp_path,
 # Builds a vocabulary in argv[1]; prints TRAINED when this process trained it.
 _BUILDER = """
 import sys
-from t2t_jax import vocab
-from t2t_jax.datasets import demo
+from t2t_jax.data import demo
+from t2t_jax.data import vocab
 def pairs():
   print("TRAINED", flush=True)
   return demo.generate(600, seed=3)
@@ -126,7 +126,7 @@ vocab.build_or_load(200, sys.argv[1], pairs)
 
 
 def test_concurrent_first_runs_train_the_vocabulary_once(tmp_path):
-  root = pathlib.Path(__file__).resolve().parents[1]
+  root = pathlib.Path(__file__).resolve().parents[2]
   processes = [subprocess.Popen([sys.executable, "-c", _BUILDER, str(tmp_path)], cwd=root,
                                 stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
                for _ in range(3)]

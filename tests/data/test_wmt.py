@@ -10,7 +10,9 @@ import socket
 
 import pytest
 
-from t2t_jax import configs, data, wmt
+from t2t_jax import configs
+from t2t_jax.data import dataset as data
+from t2t_jax.data import wmt
 
 tfds = pytest.importorskip("tensorflow_datasets")
 import tree  # noqa: E402  (installed with tensorflow-datasets)
@@ -84,7 +86,7 @@ def local_downloads(tmp_path, monkeypatch, offline):
 def test_real_builder_over_local_files(local_downloads, caplog):
   cfg = configs.get_config("base", dataset="wmt14_translate/de-en",
                            data_dir=str(local_downloads / "tfds"))
-  with caplog.at_level(logging.WARNING, logger="t2t_jax.wmt"):
+  with caplog.at_level(logging.WARNING, logger="t2t_jax.data.wmt"):
     train = wmt.load_pairs(cfg, "train")
     dev = wmt.load_pairs(cfg, "dev")
     test = wmt.load_pairs(cfg, "test")

@@ -5,13 +5,13 @@ import jax
 import numpy as np
 import pytest
 
-from t2t_jax import alignment
 from t2t_jax import configs
-from t2t_jax.datasets import demo
-from t2t_jax import model
-from t2t_jax import visualize
-from t2t_jax import vocab
+from t2t_jax.data import demo
+from t2t_jax.data import vocab
+from t2t_jax.decoding import alignment
 from t2t_jax.ids import EOS_ID
+from t2t_jax.inference import visualize
+from t2t_jax.model import transformer as model
 
 TEXTS = [
     "yesterday the old man saw the small dog .",

@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from t2t_jax import configs
-from t2t_jax import decode
-from t2t_jax import decode_cache
+from t2t_jax.decoding import decode
+from t2t_jax.decoding import topk
 from t2t_jax.ids import EOS_ID, PAD_ID
-from t2t_jax import model
-from t2t_jax import topk
+from t2t_jax.model import decode_cache
+from t2t_jax.model import transformer as model
 
 STATES = 97  # hidden states of the toy step function
 

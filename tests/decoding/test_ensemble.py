@@ -9,11 +9,11 @@ import numpy as np
 import pytest
 
 from t2t_jax import configs
-from t2t_jax import decode
-from t2t_jax import ensemble
-from t2t_jax import model
-from t2t_jax import next_token
+from t2t_jax.decoding import decode
+from t2t_jax.decoding import ensemble
+from t2t_jax.decoding import next_token
 from t2t_jax.ids import EOS_ID
+from t2t_jax.model import transformer as model
 
 SMALL = configs.get_config("demo", vocab_size=24, num_layers=2, d_model=32, d_ff=64, num_heads=4,
                            max_len=32)

@@ -7,9 +7,9 @@ import numpy as np
 import pytest
 
 from t2t_jax import configs
-from t2t_jax import generate
-from t2t_jax import model
+from t2t_jax.decoding import generate
 from t2t_jax.ids import EOS_ID
+from t2t_jax.model import transformer as model
 
 TINY = configs.get_config("demo", vocab_size=24, num_layers=2, d_model=32, d_ff=64, num_heads=4,
                           max_len=32, max_decode_extra=6, beam_size=3)

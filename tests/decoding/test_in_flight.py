@@ -5,7 +5,7 @@ import time
 
 import pytest
 
-from t2t_jax import in_flight
+from t2t_jax.decoding import in_flight
 
 
 def test_results_come_in_input_order_whatever_finishes_first():

@@ -1,10 +1,10 @@
-"""next_token.py: a step's best next tokens are the same whichever layout its logits come in."""
+"""decoding/next_token.py: a step's best next tokens are the same whichever layout its logits come in."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t_jax import next_token
+from t2t_jax.decoding import next_token
 from t2t_jax.ids import PAD_ID
 
 

@@ -7,8 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import decode
-from t2t_jax import sampling
+from t2t_jax.decoding import decode
+from t2t_jax.decoding import sampling
 from t2t_jax.ids import EOS_ID, PAD_ID
 
 

@@ -51,8 +51,8 @@ def test_models_the_engines_cannot_run_are_refused_with_the_reason():
 
 
 def test_core_modules_never_import_the_export_libraries():
-  code = ("import sys; import t2t_jax.export, t2t_jax.translate, t2t_jax.decode, "
-          "t2t_jax.checkpoint, t2t_jax.model\n"
+  code = ("import sys; import t2t_jax.export.convert, t2t_jax.cli.translate, t2t_jax.decoding.decode, "
+          "t2t_jax.runtime.checkpoint, t2t_jax.model.transformer\n"
           "loaded = {'torch', 'transformers', 'ctranslate2', 'safetensors'} & set(sys.modules)\n"
           "assert not loaded, loaded")
   result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

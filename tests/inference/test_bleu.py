@@ -9,7 +9,7 @@ import sys
 import pytest
 import sacrebleu
 
-from t2t_jax import evaluate
+from t2t_jax.inference import bleu as evaluate
 
 REFS = [
     "Die Rich-Text-Datei kostet 3,50 Euro.",
@@ -87,7 +87,7 @@ def test_cli_prints_the_three_scores_as_json(tmp_path):
   hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
   hyp.write_text("\n".join(HYPS) + "\n", encoding="utf-8")
   ref.write_text("\n".join(REFS) + "\n", encoding="utf-8")
-  command = [sys.executable, "-m", "t2t_jax.evaluate", "bleu", "--hyp", str(hyp),
+  command = [sys.executable, "-m", "t2t_jax.inference.bleu", "bleu", "--hyp", str(hyp),
              "--ref", str(ref), "--lang", "de"]
   done = subprocess.run(command, capture_output=True, text=True, check=True)
   printed = json.loads(done.stdout)

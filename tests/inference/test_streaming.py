@@ -8,12 +8,12 @@ import numpy as np
 import pytest
 
 from t2t_jax import configs
-from t2t_jax.datasets import demo
-from t2t_jax import generate
-from t2t_jax import model
-from t2t_jax import streaming
-from t2t_jax import vocab
+from t2t_jax.data import demo
+from t2t_jax.data import vocab
+from t2t_jax.decoding import generate
 from t2t_jax.ids import EOS_ID
+from t2t_jax.inference import streaming
+from t2t_jax.model import transformer as model
 
 CFG = configs.get_config("demo", vocab_size=96, num_layers=1, d_model=16, d_ff=32, num_heads=2,
                          max_len=24, max_decode_extra=3, beam_size=2)

@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 from matplotlib import colors as mcolors
 
-from t2t_jax import visualize
+from t2t_jax.inference import visualize
 
 
 def _weights(heads, q, k, seed=0):
@@ -90,7 +90,8 @@ def test_attention_maps_are_the_models_own_probabilities():
 
   import jax
 
-  from t2t_jax import configs, model
+  from t2t_jax import configs
+  from t2t_jax.model import transformer as model
 
   cfg = configs.get_config("demo", num_layers=2, d_model=32, d_ff=64, num_heads=4,
                            vocab_size=40, dropout_rate=0.0)

@@ -1,4 +1,4 @@
-"""dropout.py: the hash masks against threefry's in what matters, and their gradient."""
+"""model/dropout.py: the hash masks against threefry's in what matters, and their gradient."""
 
 import functools
 
@@ -7,7 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import configs, dropout, model
+from t2t_jax import configs
+from t2t_jax.model import dropout
+from t2t_jax.model import transformer as model
 
 SHAPE = (64, 32, 256)  # [batch, length, d_model]; 524288 elements
 KEY = jax.random.key(0)

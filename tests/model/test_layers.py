@@ -1,11 +1,11 @@
-"""layers.py against NumPy references and brute-force masks."""
+"""model/layers.py against NumPy references and brute-force masks."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import layers
+from t2t_jax.model import layers
 
 # Compiled once per signature: cheaper than op-by-op dispatch on a busy 2-core box.
 _attention = jax.jit(layers.scaled_dot_product_attention,

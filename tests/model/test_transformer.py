@@ -1,4 +1,4 @@
-"""model.py: properties of the full model (causality, padding, cache == no cache, dtypes)."""
+"""model/transformer.py: properties of the full model (causality, padding, cache == no cache, dtypes)."""
 
 import functools
 
@@ -7,7 +7,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import configs, model, next_token
+from t2t_jax import configs
+from t2t_jax.decoding import next_token
+from t2t_jax.model import transformer as model
 
 # Tiny, with d_k != d_v so that a swapped projection cannot go unnoticed.
 CFG = configs.get_config("demo", vocab_size=23, num_layers=2, d_model=16, d_ff=32, num_heads=2,
@@ -201,7 +203,7 @@ def test_train_mode_applies_dropout_from_the_given_key():
   params = _params(CFG)
   train = jax.jit(lambda key: model.Transformer(CFG).apply(
       {"params": params}, INPUTS, TARGETS, train=True, rngs={"dropout": key}))
-  key = jax.random.key  # the hash masks draw only two seeds from it (dropout.py)
+  key = jax.random.key  # the hash masks draw only two seeds from it (model/dropout.py)
   a, b, a2 = train(key(1)), train(key(2)), train(key(1))
   np.testing.assert_array_equal(a, a2)
   assert np.abs(np.asarray(a) - np.asarray(b)).max() > 1e-3

@@ -6,9 +6,9 @@ import pathlib
 import subprocess
 import sys
 
-from t2t_jax.datasets import demo
+from t2t_jax.data import demo
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "experiments" / "wmt14_ende.py"
 TINY = ["--config.num_layers=1", "--config.d_model=32", "--config.d_ff=64",
         "--config.num_heads=2", "--config.vocab_size=200", "--config.tokens_per_batch=512",

@@ -1,12 +1,12 @@
-"""parsing_experiment.py: a treebank to a trained parser and its F1, end to end on a tiny run."""
+"""recipes/parsing.py: a treebank to a trained parser and its F1, end to end on a tiny run."""
 
 import json
 import pathlib
 
 import pytest
 
-from t2t_jax import parsing
-from t2t_jax import parsing_experiment
+from t2t_jax.recipes import parsing as parsing_experiment
+from t2t_jax.recipes import treebank as parsing
 
 GOLD = "(S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))"
 

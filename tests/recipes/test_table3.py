@@ -1,4 +1,4 @@
-"""table3.py: two Table 3 rows end to end on a tiny demo run, ours beside the paper."""
+"""recipes/table3.py: two Table 3 rows end to end on a tiny demo run, ours beside the paper."""
 
 import json
 import pathlib
@@ -7,11 +7,12 @@ import sys
 
 import pytest
 
-from t2t_jax import configs, table3
+from t2t_jax import configs
 from t2t_jax.configs import PAPER_PARAMS_M, count_params, get_config
-from t2t_jax.datasets import demo
+from t2t_jax.data import demo
+from t2t_jax.recipes import table3
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # One layer, tiny widths: rows D3 (eps_ls 0) and E (learned positions) keep their own
 # settings, which these overrides do not touch.
@@ -83,7 +84,7 @@ def test_row_selection_and_overrides(capsys):
 
 
 def test_param_counts_command_prints_every_row():
-  out = subprocess.run([sys.executable, str(ROOT / "experiments" / "table3.py"),
+  out = subprocess.run([sys.executable, str(ROOT / "experiments" / "recipes/table3.py"),
                         "--param_counts"], capture_output=True, text=True, check=True).stdout
   rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[2:]}
   assert list(rows) == ["base", *configs.TABLE3_ROWS, "big"]

@@ -4,7 +4,7 @@ import random
 
 import pytest
 
-from t2t_jax import parsing
+from t2t_jax.recipes import treebank as parsing
 
 GOLD = "(S (NP (DT The) (NN cat)) (VP (VBD sat) (PP (IN on) (NP (DT the) (NN mat)))) (. .))"
 

@@ -1,4 +1,4 @@
-"""checkpoint.py: round trips, intervals, corrupt checkpoints, averaging against NumPy."""
+"""runtime/checkpoint.py: round trips, intervals, corrupt checkpoints, averaging against NumPy."""
 
 import logging
 import os
@@ -14,11 +14,11 @@ import numpy as np
 import optax
 import pytest
 
-from t2t_jax import checkpoint
-from t2t_jax import checkpoint_cli
 from t2t_jax import configs
-from t2t_jax import optim
-from t2t_jax.steps import TrainState
+from t2t_jax.cli import average as checkpoint_cli
+from t2t_jax.runtime import checkpoint
+from t2t_jax.train import optim
+from t2t_jax.train.steps import TrainState
 
 _CFG = configs.get_config("demo", num_layers=1, d_model=16, checkpoint_every_steps=None,
                           checkpoint_every_minutes=None, average_last=3)
@@ -245,10 +245,10 @@ def test_restores_on_a_different_device_count(tmp_path):
   script = textwrap.dedent(f"""
       import jax, numpy as np
       assert jax.device_count() == 1, jax.device_count()
-      sys_path = {str(pathlib.Path(__file__).parent)!r}
+      sys_path = {str(pathlib.Path(__file__).parents[1])!r}
       import sys; sys.path.insert(0, sys_path)
       from test_checkpoint import _state, _CFG
-      from t2t_jax import checkpoint
+      from t2t_jax.runtime import checkpoint
       with checkpoint.Checkpointer({str(tmp_path)!r}, _CFG) as ckpt:
         state, _ = ckpt.restore_latest(jax.eval_shape(lambda: _state(0)))
       expected = np.load({str(expected)!r})
@@ -261,7 +261,7 @@ def test_restores_on_a_different_device_count(tmp_path):
   env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
          "JAX_PLATFORMS": "cpu"}
   result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
-                          text=True, timeout=120, cwd=pathlib.Path(__file__).parents[1])
+                          text=True, timeout=120, cwd=pathlib.Path(__file__).parents[2])
   assert result.returncode == 0, result.stderr[-3000:]
   assert "on 1 device" in result.stdout
 
@@ -280,7 +280,7 @@ def test_average_equals_numpy_mean_and_load_params(tmp_path, caplog):
   # A separate mean differs from any single checkpoint (the test can fail).
   assert not np.array_equal(averaged["embed"], np.asarray(_state(50).params["embed"]))
 
-  caplog.set_level(logging.INFO, logger="t2t_jax.checkpoint")
+  caplog.set_level(logging.INFO, logger="t2t_jax.runtime.checkpoint")
   loaded = checkpoint.load_params(tmp_path)
   _assert_trees_equal(loaded, averaged)
   assert "[30, 40, 50]" in caplog.text
@@ -310,7 +310,7 @@ def test_load_params_falls_back_to_latest_and_warns_when_stale(tmp_path, caplog)
   with pytest.warns(checkpoint.CheckpointWarning, match="averages up to step 2"):
     checkpoint.load_params(tmp_path)
   shutil.rmtree(tmp_path / "averaged")
-  with caplog.at_level(logging.INFO, logger="t2t_jax.checkpoint"):
+  with caplog.at_level(logging.INFO, logger="t2t_jax.runtime.checkpoint"):
     _assert_trees_equal(checkpoint.load_params(tmp_path), jax.device_get(_state(3).params))
   assert "no averaged checkpoint" in caplog.text
 

@@ -3,7 +3,7 @@
 import jax
 import pytest
 
-from t2t_jax import compile_cache
+from t2t_jax.runtime import compile_cache
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""workdir_lock.py: one run per work directory, stale locks taken over, first-run builds once."""
+"""runtime/lock.py: one run per work directory, stale locks taken over, first-run builds once."""
 
 import json
 import logging
@@ -10,15 +10,15 @@ import time
 
 import pytest
 
-from t2t_jax import workdir_lock
-from t2t_jax.workdir_lock import RunLock, WorkdirBusyError
+from t2t_jax.runtime import lock as workdir_lock
+from t2t_jax.runtime.lock import RunLock, WorkdirBusyError
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # Holds the run lock of argv[1] until its stdin closes; says HELD once it has it.
 _HOLDER = """
 import sys
-from t2t_jax import workdir_lock
+from t2t_jax.runtime import lock as workdir_lock
 with workdir_lock.RunLock(sys.argv[1]):
   print("HELD", flush=True)
   sys.stdin.read()
@@ -76,7 +76,7 @@ def test_lock_of_a_killed_process_is_taken_over(tmp_path, caplog):
   holder.kill()
   holder.wait()
   assert (tmp_path / workdir_lock.LOCK_FILE).exists()  # a SIGKILL leaves it behind
-  with caplog.at_level(logging.WARNING, "t2t_jax.workdir_lock"):
+  with caplog.at_level(logging.WARNING, "t2t_jax.runtime.lock"):
     with RunLock(tmp_path) as lock:
       assert json.loads(lock.path.read_text())["pid"] == os.getpid()
   assert f"pid {holder.pid}" in caplog.text and "no longer runs" in caplog.text
@@ -85,7 +85,7 @@ def test_lock_of_a_killed_process_is_taken_over(tmp_path, caplog):
 def test_reused_pid_and_garbled_files_are_stale(tmp_path, caplog):
   # Our parent is alive, but did not start when the lock says: the pid was reused.
   _write_lock(tmp_path, pid=os.getppid(), start=1)
-  with caplog.at_level(logging.WARNING, "t2t_jax.workdir_lock"):
+  with caplog.at_level(logging.WARNING, "t2t_jax.runtime.lock"):
     with RunLock(tmp_path):
       pass
   assert "now belongs to another process" in caplog.text
@@ -129,7 +129,7 @@ def test_heartbeat_keeps_the_lock_fresh_and_release_spares_a_foreign_lock(tmp_pa
 # Builds argv[1] with build_once after a pause; records each build in argv[2].
 _BUILDER = """
 import os, pathlib, sys, time
-from t2t_jax import workdir_lock
+from t2t_jax.runtime import lock as workdir_lock
 target, log = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 def build():
   with open(log, "a") as f:

@@ -14,15 +14,15 @@ import time
 
 import pytest
 
-from t2t_jax import multihost
+from t2t_jax.runtime import multihost
 
-ROOT = pathlib.Path(__file__).parents[1]
+ROOT = pathlib.Path(__file__).parents[2]
 
 # argv: mode ("fail" or "loop"), a scratch directory. The coordinator, the process
 # count and the process id come from the environment, as a launcher would set them.
 _DRIVER = """
 import pathlib, sys, time
-from t2t_jax import multihost
+from t2t_jax.runtime import multihost
 multihost.initialize(heartbeat_timeout_s=int(sys.argv[3]))
 import jax, jax.numpy as jnp
 mode, scratch = sys.argv[1], pathlib.Path(sys.argv[2])

@@ -23,11 +23,11 @@ import numpy as np
 import pytest
 
 import trained
-from t2t_jax import checkpoint
-from t2t_jax import inference
-from t2t_jax import workdir as workdir_lib
+from t2t_jax.inference import translator as inference
+from t2t_jax.runtime import checkpoint
+from t2t_jax.runtime import workdir as workdir_lib
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 NUM_STEPS = 24
 EVERY = 4
 PAUSE_AT = 14  # process 1 waits after this step's metrics until the test has signalled it
@@ -36,7 +36,8 @@ PAUSE_AT = 14  # process 1 waits after this step's metrics until the test has si
 # PAUSE_AT's metrics until that file exists.
 _DRIVER = """
 import os, sys, time
-from t2t_jax import experiment, train
+from t2t_jax.recipes import experiment
+from t2t_jax.train import trainer as train
 if os.environ.get("T2T_TEST_PAUSE"):
   read_metrics = train.Trainer.read_metrics
   def pause(self, step, *args):

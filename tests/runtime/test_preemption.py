@@ -1,4 +1,4 @@
-"""preemption.py on a real process: the first signal stops after the step, the second at once."""
+"""runtime/preemption.py on a real process: the first signal stops after the step, the second at once."""
 
 import pathlib
 import signal
@@ -8,14 +8,14 @@ import time
 
 import pytest
 
-from t2t_jax import preemption
+from t2t_jax.runtime import preemption
 
-ROOT = pathlib.Path(__file__).resolve().parents[1]
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # A loop of 0.1 s "steps"; on a stop request it "saves" for argv[1] seconds and exits.
 _LOOP = """
 import sys, time
-from t2t_jax import preemption
+from t2t_jax.runtime import preemption
 save_seconds = float(sys.argv[1])
 try:
   with preemption.StopSignals() as stop:

@@ -1,10 +1,11 @@
-"""workdir.py: a work directory's config (written, checked, read back) and atomic JSON."""
+"""runtime/workdir.py: a work directory's config (written, checked, read back) and atomic JSON."""
 
 import json
 
 import pytest
 
-from t2t_jax import configs, workdir
+from t2t_jax import configs
+from t2t_jax.runtime import workdir
 
 
 def test_config_round_trip_and_old_work_directories(tmp_path):

@@ -5,7 +5,10 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import configs, flops, loss, model
+from t2t_jax import configs
+from t2t_jax.model import transformer as model
+from t2t_jax.train import flops
+from t2t_jax.train import loss
 
 
 def _dot_flops(jaxpr) -> int:

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import loss
+from t2t_jax.train import loss
 
 
 def _reference(logits, targets, eps):

@@ -1,10 +1,12 @@
-"""memory.py: XLA's memory analysis of the train step, and the micro-batch that fits."""
+"""train/memory.py: XLA's memory analysis of the train step, and the micro-batch that fits."""
 
 import math
 
 import pytest
 
-from t2t_jax import configs, data, memory
+from t2t_jax import configs
+from t2t_jax.data import dataset as data
+from t2t_jax.train import memory
 
 # Tiny; no explicit max_tokens_per_device, so resolving it compiles.
 CFG = configs.get_config("demo", vocab_size=64, num_layers=1, d_model=16, d_ff=32, num_heads=2,

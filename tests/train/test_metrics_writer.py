@@ -1,9 +1,9 @@
-"""metrics_writer.py: records in metrics.jsonl and TensorBoard; a resumed run drops later lines."""
+"""train/metrics_writer.py: records in metrics.jsonl and TensorBoard; a resumed run drops later lines."""
 
 import json
 import logging
 
-from t2t_jax import metrics_writer
+from t2t_jax.train import metrics_writer
 
 
 def _steps(path):

@@ -6,7 +6,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import configs, optim
+from t2t_jax import configs
+from t2t_jax.train import optim
 
 
 def _paper_lrate(d_model, warmup, step):

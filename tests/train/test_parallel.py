@@ -6,7 +6,10 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh
 
-from t2t_jax import configs, optim, parallel, steps
+from t2t_jax import configs
+from t2t_jax.train import optim
+from t2t_jax.train import parallel
+from t2t_jax.train import steps
 
 
 def test_replicate_and_unreplicate_round_trip():

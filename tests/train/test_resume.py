@@ -21,10 +21,10 @@ import numpy as np
 import pytest
 
 import trained
-from t2t_jax import checkpoint
 from t2t_jax import configs
-from t2t_jax import optim
-from t2t_jax import steps
+from t2t_jax.runtime import checkpoint
+from t2t_jax.train import optim
+from t2t_jax.train import steps
 
 NUM_STEPS = 24
 EVERY = 2
@@ -33,13 +33,16 @@ _DETERMINISTIC = ("train_loss", "train_nll", "train_accuracy", "train_perplexity
                   "learning_rate", "grad_norm", "eval_loss", "eval_nll", "eval_accuracy",
                   "eval_perplexity")
 
-# Reports which step each process restored, without relying on train.py's log text;
+# Reports which step each process restored, without relying on train/trainer.py's log text;
 # runs through cli.command, as the scripts do (one-line errors, exit statuses). With a
 # third argument, a file name: waits after reading step PAUSE_AT's metrics until that file
 # exists.
 _DRIVER = """
 import json, os, sys, time
-from t2t_jax import checkpoint, cli, configs, train
+from t2t_jax import configs
+from t2t_jax.cli import flags as cli
+from t2t_jax.runtime import checkpoint
+from t2t_jax.train import trainer as train
 restore = checkpoint.Checkpointer.restore_latest
 def spy(self, target):
   restored = restore(self, target)
@@ -101,7 +104,7 @@ def _env(cache_dir):
 
 def _run(overrides, workdir, cache_dir):
   result = subprocess.run(_command(overrides, workdir), env=_env(cache_dir), capture_output=True,
-                          text=True, timeout=300, cwd=pathlib.Path(__file__).parents[1])
+                          text=True, timeout=300, cwd=pathlib.Path(__file__).parents[2])
   assert result.returncode == 0 and "FINISHED" in result.stdout, result.stderr[-4000:]
   return result.stdout
 
@@ -168,7 +171,7 @@ def test_killed_run_resumes_exactly(tmp_path, overrides, compilation_cache, refe
   with open(log, "w") as stderr:  # a file, not a pipe that could fill up and stall the run
     process = subprocess.Popen(_command(overrides, resumed), env=_env(compilation_cache),
                                stdout=subprocess.DEVNULL, stderr=stderr,
-                               cwd=pathlib.Path(__file__).parents[1])
+                               cwd=pathlib.Path(__file__).parents[2])
     deadline = time.monotonic() + 240
     while len(_committed_steps(resumed)) < 2 and process.poll() is None:
       if time.monotonic() > deadline:
@@ -197,7 +200,7 @@ def test_sigterm_saves_the_step_in_flight_and_resumes_exactly_and_a_second_run_i
   with open(log, "w") as stderr:
     process = subprocess.Popen(_command(overrides, resumed, str(go)), env=_env(compilation_cache),
                                stdout=subprocess.PIPE, stderr=stderr, text=True,
-                               cwd=pathlib.Path(__file__).parents[1])
+                               cwd=pathlib.Path(__file__).parents[2])
     try:
       for line in process.stdout:
         if line.startswith("PAUSED"):
@@ -206,7 +209,7 @@ def test_sigterm_saves_the_step_in_flight_and_resumes_exactly_and_a_second_run_i
       # A second run on the same work directory is refused, naming the first.
       second = subprocess.run(_command(overrides, resumed), env=_env(compilation_cache),
                               capture_output=True, text=True, timeout=120,
-                              cwd=pathlib.Path(__file__).parents[1])
+                              cwd=pathlib.Path(__file__).parents[2])
       assert second.returncode == 1
       message = second.stderr.strip().splitlines()[-1]
       assert message.startswith(f"error: {resumed.absolute()} is in use by another run: "

@@ -10,7 +10,12 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import configs, loss, model, optim, parallel, steps
+from t2t_jax import configs
+from t2t_jax.model import transformer as model
+from t2t_jax.train import loss
+from t2t_jax.train import optim
+from t2t_jax.train import parallel
+from t2t_jax.train import steps
 
 BATCH, LENGTH = 16, 6
 

@@ -20,10 +20,14 @@ import jax
 import numpy as np
 import pytest
 
-from t2t_jax import checkpoint, configs, data, metrics_writer, train
-from t2t_jax.datasets import demo
+from t2t_jax import configs
+from t2t_jax.data import dataset as data
+from t2t_jax.data import demo
+from t2t_jax.runtime import checkpoint
+from t2t_jax.train import metrics_writer
+from t2t_jax.train import trainer as train
 
-REPO = pathlib.Path(__file__).resolve().parents[1]
+REPO = pathlib.Path(__file__).resolve().parents[2]
 
 # 1 layer; pairs of at most 8 tokens (about 550 of the 10000: one batch shape, so
 # one compilation); 512 tokens per update, at most 128 per device and micro-step,
@@ -35,7 +39,8 @@ TINY = dict(vocab_size=1000, num_layers=1, d_model=32, d_ff=64, num_heads=2, dro
 
 _SCRIPT = """
 import json, shutil, sys
-from t2t_jax import configs, train
+from t2t_jax import configs
+from t2t_jax.train import trainer as train
 plan = json.loads(sys.argv[1])
 for i, run in enumerate(plan["runs"]):
   summary = train.train_and_evaluate(configs.get_config("demo", **run), sys.argv[2])
