@@ -1,0 +1,55 @@
+"""The docs quote the demo preset as it is, and name no path of the machine they were written on."""
+
+import pathlib
+import re
+
+import pytest
+
+from t2t_jax import configs
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+DEMO = configs.get_config("demo")
+
+
+def _demo_quotes():
+  """(file, text around the quote, field, quoted value) for each figure of the demo preset a doc quotes."""
+  patterns = [
+      # "1100 steps of 2048 tokens"
+      (r"(\d[\d,]*)\s+steps\s+of\s+(\d+)\s+tokens", ("num_train_steps", "tokens_per_batch")),
+      # "3 layers, d_model 128"
+      (r"(\d+)\s+layers,\s+d_model\s+(\d+)", ("num_layers", "d_model")),
+      # "last 3 checkpoints averaged"
+      (r"last\s+(\d+)\s+checkpoints\s+averaged", ("average_last",)),
+      # checkpoints: "demo: 100 steps"
+      (r"demo: (\d+)\s+steps", ("checkpoint_every_steps",)),
+      # "splits its 2048-token update into two unrolled micro-steps of 1024"
+      (r"its\s+(\d+)-token\s+update\s+into\s+(\w+)\s+unrolled\s+micro-steps\s+of\s+(\d+)",
+       ("tokens_per_batch", "unroll_micro_steps", "max_tokens_per_device")),
+  ]
+  words = {"two": 2, "three": 3, "four": 4}
+  for path in DOCS:
+    text = path.read_text()
+    for pattern, fields in patterns:
+      for match in re.finditer(pattern, text):
+        context = text[max(0, match.start() - 300):match.end()]
+        if "demo" not in context:
+          continue
+        for field, value in zip(fields, match.groups()):
+          number = words[value] if value in words else int(value.replace(",", ""))
+          yield path.name, match.group(0), field, number
+
+
+def test_the_docs_quote_the_demo_preset_as_it_is():
+  quotes = list(_demo_quotes())
+  # The README's results table and docs/data.md quote the preset: if these go, so does the test.
+  assert {name for name, *_ in quotes} >= {"README.md", "data.md", "checkpoints.md", "training.md"}
+  wrong = [(name, quote, f"{field} is {getattr(DEMO, field)}")
+           for name, quote, field, number in quotes if getattr(DEMO, field) != number]
+  assert not wrong, f"docs quote the demo preset wrongly: {wrong}"
+
+
+@pytest.mark.parametrize("path", DOCS, ids=lambda p: p.name)
+def test_no_doc_names_a_path_of_the_machine_it_was_written_on(path):
+  found = re.findall(r"(?<![\w.~$])/(?:work|root|home|Users)/[\w./-]+", path.read_text())
+  assert not found, f"{path.name} names paths of a particular machine: {found}"
