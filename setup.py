@@ -1,7 +1,10 @@
 """Installs t2t_jax with its console scripts.
 
-Dependencies come from requirements.txt; the `export` extra (t2t-export, the
-comparison with transformers and CTranslate2) from requirements-export.txt.
+The package needs requirements-core.txt; each extra has a file of its own:
+`notebook` (requirements-notebook.txt), `test` (requirements-test.txt) and
+`export` (requirements-export.txt: t2t-export, the comparison with transformers
+and CTranslate2). requirements.txt gathers core, notebook and test for the
+README's two commands.
 """
 
 import pathlib
@@ -11,7 +14,8 @@ import setuptools
 
 def _requirements(name: str) -> list[str]:
   lines = pathlib.Path(__file__).with_name(name).read_text().splitlines()
-  return [line.split("#")[0].strip() for line in lines if line.split("#")[0].strip()]
+  pins = [line.split("#")[0].strip() for line in lines]
+  return [pin for pin in pins if pin and not pin.startswith("-r")]
 
 
 setuptools.setup(
@@ -20,8 +24,9 @@ setuptools.setup(
     description="The original Transformer (Vaswani et al. 2017) in JAX/Flax, for machine translation.",
     packages=setuptools.find_packages(include=["t2t_jax", "t2t_jax.*"]),
     python_requires=">=3.11",
-    install_requires=_requirements("requirements.txt"),
-    extras_require={"export": _requirements("requirements-export.txt")},
+    install_requires=_requirements("requirements-core.txt"),
+    extras_require={extra: _requirements(f"requirements-{extra}.txt")
+                    for extra in ("notebook", "test", "export")},
     entry_points={
         "console_scripts": [
             "t2t-translate=t2t_jax.cli.translate:main",
