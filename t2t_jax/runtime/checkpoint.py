@@ -12,19 +12,23 @@ next `Checkpointer` deletes the leftover temporary directory. Arrays are stored
 unreplicated and without sharding, so a checkpoint restores onto any number of
 devices and processes. In a multi-process run every process takes part in each
 save and restore (orbax needs them all; every process holds the same state,
-and process 0 writes it). The dropout
+and process 0 writes it); every process restores the same step, which they decide
+together (`Checkpointer.restore_latest`). The dropout
 key is not saved: it is derived from `cfg.seed` and the step (docs/training.md).
 The console script `t2t-average-checkpoints` is cli/average.py.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
 import pathlib
+import re
 import time
 import warnings
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -40,6 +44,9 @@ from t2t_jax.runtime import multihost
 CHECKPOINT_DIR = "checkpoints"
 AVERAGED_DIR = "averaged"
 CORRUPT_SUFFIX = ".corrupt"
+# Waits before each new attempt at a checkpoint that could not be read: a flaky
+# network file system or a memory spike often passes within seconds to a minute.
+RETRY_DELAYS_S = (2.0, 10.0, 30.0)
 
 log = logging.getLogger(__name__)
 
@@ -48,6 +55,10 @@ PyTree = Any
 
 class CheckpointWarning(UserWarning):
   """A checkpoint was skipped or set aside; the message names it."""
+
+
+class CheckpointUnreadableError(OSError):
+  """A checkpoint could not be read now (I/O, permissions, memory); nothing was moved."""
 
 
 def _host_copy(tree: PyTree) -> PyTree:
@@ -96,16 +107,27 @@ def _registry(tree_handler: type[ocp.CheckpointHandler]) -> Any:
       info=ocp.JsonCheckpointHandler())
 
 
-def _read_manager(directory: pathlib.Path) -> ocp.CheckpointManager:
-  """A manager for reading only; items restore in parts (params without the rest).
+def _read_manager(directory: pathlib.Path,
+                  tree_handler: type[ocp.CheckpointHandler] = ocp.PyTreeCheckpointHandler
+                  ) -> ocp.CheckpointManager:
+  """A manager for reading only, on this process alone; items restore in parts.
 
-  Not `read_only=True`, which only adds log noise: this manager never saves,
-  and without `cleanup_tmp_directories` it leaves a running save alone.
+  Alone: orbax ends every restore at a barrier of all processes, so a process
+  whose read fails (and skips the barrier) would leave the others waiting there;
+  each process reads by itself and the processes agree on the outcome afterwards
+  (`Checkpointer.restore_latest`). Not `read_only=True`, which only adds log
+  noise: this manager never saves, and without `cleanup_tmp_directories` it
+  leaves a running save alone.
   """
+  me = jax.process_index()
   return ocp.CheckpointManager(
       directory,
-      options=ocp.CheckpointManagerOptions(create=False, enable_async_checkpointing=False),
-      handler_registry=_registry(ocp.PyTreeCheckpointHandler))
+      options=ocp.CheckpointManagerOptions(
+          create=False, enable_async_checkpointing=False,
+          multiprocessing_options=ocp.options.MultiprocessingOptions(
+              primary_host=me, active_processes={me},
+              barrier_sync_key_prefix=f"t2t_jax_read_{me}")),
+      handler_registry=_registry(tree_handler))
 
 
 def _set_aside(path: pathlib.Path) -> pathlib.Path:
@@ -121,6 +143,82 @@ def _set_aside(path: pathlib.Path) -> pathlib.Path:
 
 def _describe(error: BaseException) -> str:
   return f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+
+
+# --- Telling damaged files from a failed read ----------------------------------------
+# What one attempt to restore a step found.
+DAMAGED = "damaged"  # the files are wrong or missing: set the step aside, use an older one
+UNREADABLE = "unreadable"  # reading failed now (I/O, permissions, memory): retry, then stop
+INCOMPATIBLE = "incompatible"  # anything else, e.g. the state's structure or shapes changed
+
+# tensorstore, which reads orbax's arrays, raises ValueError with the absl status code
+# first. These codes describe the bytes on disk (missing, short, undecodable) ...
+_DAMAGE_CODES = ("DATA_LOSS", "NOT_FOUND", "OUT_OF_RANGE")
+# ... and these a read that failed now (EACCES, EIO, EAGAIN, timeouts, ENOMEM, ENOSPC).
+_TROUBLE_CODES = ("PERMISSION_DENIED", "UNAVAILABLE", "DEADLINE_EXCEEDED",
+                  "RESOURCE_EXHAUSTED", "ABORTED", "CANCELLED")
+_STATUS = re.compile(r"\b(" + "|".join(_DAMAGE_CODES + _TROUBLE_CODES) + r"): ")
+_FILE = re.compile(r'local file "([^"]+)"')
+_OS_ERROR = re.compile(r"os_error_code='(\d+)'")  # tensorstore's errno, where it has one
+_MISSING = (errno.ENOENT, errno.ENOTDIR)
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+  while error is not None:
+    yield error
+    error = error.__cause__ or error.__context__
+
+
+def classify(error: BaseException) -> str:
+  """DAMAGED, UNREADABLE or INCOMPATIBLE (see above) for an error raised by a restore.
+
+  Only evidence about the files counts as damage: a missing file (ENOENT), an
+  undecodable JSON metadata file, a missing item, tensorstore's DATA_LOSS,
+  NOT_FOUND or OUT_OF_RANGE (a truncated array file). Any other OSError (also
+  one tensorstore reports with its errno), a MemoryError or a timeout is
+  UNREADABLE: retried, never set aside.
+  """
+  for e in _chain(error):
+    if isinstance(e, (MemoryError, TimeoutError, concurrent.futures.TimeoutError)):
+      return UNREADABLE
+    if isinstance(e, OSError):
+      missing = isinstance(e, (FileNotFoundError, NotADirectoryError)) or e.errno in _MISSING
+      return DAMAGED if missing else UNREADABLE
+    if isinstance(e, json.JSONDecodeError):
+      return DAMAGED
+    if isinstance(e, KeyError) and "was not found in the checkpoint" in str(e):
+      return DAMAGED  # orbax: an item directory (e.g. `meta`) is missing
+    os_error = _OS_ERROR.search(str(e))
+    if isinstance(e, ValueError) and os_error:
+      return DAMAGED if int(os_error.group(1)) in _MISSING else UNREADABLE
+    status = _STATUS.search(str(e))
+    if isinstance(e, ValueError) and status:
+      return DAMAGED if status.group(1) in _DAMAGE_CODES else UNREADABLE
+  return INCOMPATIBLE
+
+
+def _culprit(error: BaseException, step_dir: pathlib.Path) -> str:
+  """The file an error names (the most specific one tensorstore mentions), else `step_dir`."""
+  for e in _chain(error):
+    if isinstance(e, OSError) and e.filename:
+      return str(e.filename)
+    files = _FILE.findall(str(e))
+    if files:
+      return files[-1]
+  return str(step_dir)
+
+
+@dataclasses.dataclass(frozen=True)
+class _Failure:
+  """Why one step did not restore, as every process agrees on it (JSON-able fields)."""
+  kind: str
+  file: str
+  cause: str
+  attempts: int
+  process: Optional[int] = None  # set in a multi-process run
+
+  def where(self) -> str:
+    return "" if self.process is None else f"process {self.process}: "
 
 
 @dataclasses.dataclass
@@ -144,6 +242,30 @@ class _Retention:
     return [c.step in kept for c in checkpoints]
 
 
+def _is_interim(reader: ocp.CheckpointManager, step: int) -> bool:
+  try:
+    meta = reader.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
+    return bool(meta["meta"].get("interim"))
+  except Exception:  # pylint: disable=broad-except
+    return False  # a damaged or unreadable step: restore_latest deals with it
+
+
+def _pooled(name: str, failure: Optional[_Failure]) -> Optional[_Failure]:
+  """Every process's outcome pooled into one, the same on every process.
+
+  None when every process restored; else the failure that weighs most (a read
+  that failed now, then an incompatible state, then damage), the lowest process first.
+  """
+  mine = json.dumps(None if failure is None else dataclasses.asdict(failure))
+  outcomes = [json.loads(text) for text in multihost.gather(name, mine)]
+  failures = [(i, f) for i, f in enumerate(outcomes) if f is not None]
+  if not failures:
+    return None
+  weight = {UNREADABLE: 0, INCOMPATIBLE: 1, DAMAGED: 2}
+  process, worst = min(failures, key=lambda f: (weight[f[1]["kind"]], f[0]))
+  return _Failure(**{**worst, "process": process if len(outcomes) > 1 else None})
+
+
 class Checkpointer:
   """Saves the training state every `checkpoint_every_steps` steps and/or minutes.
 
@@ -152,11 +274,14 @@ class Checkpointer:
   interim=True)`, does not count and goes at the next save). Saving is asynchronous: `maybe_save`
   returns once the state is copied to host memory; `wait()` blocks until the
   files are complete and `close()` (or leaving a `with` block) also finishes.
-  `clock` returns seconds and is injectable for tests.
+  `clock` returns seconds and `sleep` waits between attempts at a checkpoint that
+  could not be read (`retry_delays_s`); both are injectable for tests.
   """
 
   def __init__(self, workdir: str | os.PathLike, cfg: configs.TransformerConfig, *,
-               clock: Callable[[], float] = time.monotonic, async_save: bool = True):
+               clock: Callable[[], float] = time.monotonic, async_save: bool = True,
+               retry_delays_s: Sequence[float] = RETRY_DELAYS_S,
+               sleep: Callable[[float], None] = time.sleep):
     minutes = cfg.checkpoint_every_minutes
     if minutes is not None and minutes <= 0:
       raise ValueError(f"checkpoint_every_minutes={minutes} must be positive (or None)")
@@ -165,6 +290,8 @@ class Checkpointer:
     self._every_steps = cfg.checkpoint_every_steps
     self._every_seconds = None if minutes is None else 60.0 * minutes
     self._clock = clock
+    self._retry_delays_s = tuple(retry_delays_s)
+    self._sleep = sleep
     self._last_save_time = clock()
     self._retention = _Retention(self.keep, set())
     self._writing_step: Optional[int] = None
@@ -176,14 +303,9 @@ class Checkpointer:
             enable_async_checkpointing=async_save,
             cleanup_tmp_directories=True),
         handler_registry=_registry(ocp.StandardCheckpointHandler))
-    self._retention.interim.update(s for s in self._manager.all_steps() if self._is_interim(s))
-
-  def _is_interim(self, step: int) -> bool:
-    try:
-      meta = self._manager.restore(step, args=ocp.args.Composite(meta=ocp.args.JsonRestore()))
-      return bool(meta["meta"].get("interim"))
-    except Exception:  # pylint: disable=broad-except
-      return False  # a damaged step: restore_latest deals with it
+    with _read_manager(self.directory) as reader:
+      self._retention.interim.update(
+          s for s in self._manager.all_steps() if _is_interim(reader, s))
 
   def all_steps(self) -> list[int]:
     return sorted(self._manager.all_steps())
@@ -252,19 +374,43 @@ class Checkpointer:
           "the same command again to resume")
       raise self._write_error from None
 
-  def _restore_step(self, step: int, target: PyTree) -> tuple[PyTree, dict]:
-    restored = self._manager.restore(step, args=ocp.args.Composite(
-        state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
-    return restored["state"], dict(restored["meta"]["extras"])
+  def _read(self, reader: ocp.CheckpointManager, step: int, target: PyTree
+            ) -> tuple[Optional[tuple[PyTree, dict]], Optional[_Failure]]:
+    """(state, extras) of `step`, or why it failed; a failed read is tried again."""
+    attempt = 0
+    while True:
+      attempt += 1
+      try:
+        restored = reader.restore(step, args=ocp.args.Composite(
+            state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
+        return (restored["state"], dict(restored["meta"]["extras"])), None
+      except Exception as e:  # pylint: disable=broad-except  (classify decides)
+        kind = classify(e)
+        step_dir = self.directory / str(step)
+        if kind == DAMAGED and not step_dir.is_dir():
+          kind = UNREADABLE  # listed a moment ago, gone now: the listing or the mount is off
+        if kind == UNREADABLE and attempt <= len(self._retry_delays_s):
+          delay = self._retry_delays_s[attempt - 1]
+          log.warning("Could not read checkpoint step %d (%s); trying again in %.0f s",
+                      step, _describe(e), delay)
+          self._sleep(delay)
+          continue
+        return None, _Failure(kind, _culprit(e, step_dir), _describe(e), attempt)
 
   def restore_latest(self, target_state: PyTree) -> Optional[tuple[PyTree, dict]]:
     """The newest checkpoint that restores, as (state, extras); None when there is none.
 
     `target_state` gives the structure, shapes and dtypes (real arrays or
-    `jax.eval_shape` output); the restored leaves are host NumPy arrays. A newer
-    checkpoint that fails to restore while an older one succeeds is broken: it
-    is renamed to `<step>.corrupt` with a warning, and the older one is used. If
-    none restores (e.g. the config changed), the error is raised and nothing moves.
+    `jax.eval_shape` output); the restored leaves are host NumPy arrays.
+    docs/checkpoints.md has the rule: a newer checkpoint whose files are damaged
+    (`classify`) while an older one restores is renamed to `<step>.corrupt`
+    with a warning, and the older one is used. A checkpoint that cannot be read
+    now (I/O error, permissions, memory) is tried again after each of
+    `retry_delays_s`, then CheckpointUnreadableError names the step, the file and
+    the cause; anything else (e.g. the config changed) raises RuntimeError. In
+    both cases, and when every step is damaged, nothing moves. In a multi-process
+    run every process reads each step, they pool their outcomes, and all of them
+    act on the same, worst, one: the same step restored, or the same error.
     """
     self.wait()
     self._manager.reload()
@@ -272,31 +418,42 @@ class Checkpointer:
     if not steps:
       return None
     target = _abstract(target_state)
-    failures: list[tuple[int, BaseException]] = []
-    for step in steps:
-      try:
-        state, extras = self._restore_step(step, target)
-      except Exception as e:  # pylint: disable=broad-except
-        failures.append((step, e))
-        continue
-      if failures:
-        self._set_aside(failures, step)
-      return state, extras
-    details = "; ".join(f"step {s}: {_describe(e)}" for s, e in failures)
+    damaged: list[tuple[int, _Failure]] = []
+    with _read_manager(self.directory, ocp.StandardCheckpointHandler) as reader:
+      for step in steps:
+        restored, failure = self._read(reader, step, target)
+        failure = _pooled(f"restore/{step}", failure)
+        if failure is None:
+          if damaged:
+            self._set_aside(damaged, step)
+          return restored
+        if failure.kind == UNREADABLE:
+          raise CheckpointUnreadableError(
+              f"{failure.where()}could not read checkpoint step {step} ({failure.file}: "
+              f"{failure.cause}; {failure.attempts} attempts); nothing was moved. Fix the "
+              "file system or free memory, then run the same command again to resume from "
+              f"step {step}")
+        if failure.kind == INCOMPATIBLE:
+          raise RuntimeError(
+              f"{failure.where()}checkpoint step {step} in {self.directory} does not restore "
+              f"into the given state ({failure.cause}); nothing was moved. If the config "
+              "changed, use a new workdir; if the files are damaged, move the step away")
+        damaged.append((step, failure))
+    details = "; ".join(f"step {s}: {f.where()}{f.file}: {f.cause}" for s, f in damaged)
     raise RuntimeError(
-        f"no checkpoint in {self.directory} restores into the given state ({details}). "
-        "If the config changed, use a new workdir; if the files are damaged, delete them"
-    ) from failures[0][1]
+        f"every checkpoint in {self.directory} is damaged ({details}); nothing was moved. "
+        "Delete them to start again, or use a new workdir")
 
-  def _set_aside(self, failures: Sequence[tuple[int, BaseException]], step: int) -> None:
-    """Renames the newer checkpoints that failed to restore (process 0 does), then reloads."""
+  def _set_aside(self, damaged: Sequence[tuple[int, _Failure]], step: int) -> None:
+    """Renames the newer, damaged checkpoints (process 0 does), then reloads."""
     if multihost.is_main():
-      for bad_step, error in failures:
+      for bad_step, failure in damaged:
         path = self.directory / str(bad_step)
         moved = _set_aside(path)
         warnings.warn(
-            f"checkpoint step {bad_step} at {path} could not be restored ({_describe(error)}); "
-            f"moved it to {moved} and resumed from step {step}", CheckpointWarning, stacklevel=3)
+            f"checkpoint step {bad_step} at {path} is damaged ({failure.where()}"
+            f"{failure.file}: {failure.cause}); moved it to {moved} and resumed from step "
+            f"{step}", CheckpointWarning, stacklevel=3)
     multihost.barrier("checkpoint_set_aside")  # the others list the steps after the rename
     self._manager.reload()
 

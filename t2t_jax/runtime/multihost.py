@@ -11,6 +11,8 @@ what the collectives do not:
   (and find the caches built).
 - `agree(name, fn)`: process 0's value of `fn()` on every process (a decision
   that reads the wall clock must be the same everywhere).
+- `gather(name, value)`: every process's value, on every process (each
+  process's outcome of a checkpoint read, pooled into one decision).
 - `barrier(name)`: waits for every process.
 - `first_flag(name, value)`: a flag any one process may raise (SIGTERM reached
   it), seen by all of them at the same call.
@@ -158,6 +160,19 @@ def agree(name: str, fn: Callable[[], str]) -> str:
   if count >= _AGREE_KEEP:
     _client().key_value_delete(f"t2t_jax/agree/{name}/{count - _AGREE_KEEP}")
   return value
+
+
+def gather(name: str, value: str) -> list[str]:
+  """Every process's `value` (a string), in process order, on every process.
+
+  Every process must call it the same number of times for each `name`.
+  """
+  if not is_multiprocess():
+    return [value]
+  key = _unique(f"gather/{name}")
+  _client().key_value_set(f"{key}/{jax.process_index()}", value)
+  return [_client().blocking_key_value_get(f"{key}/{i}", _LONG_WAIT_MS)
+          for i in range(jax.process_count())]
 
 
 def first_flag(name: str, value: Optional[int]) -> Optional[int]:

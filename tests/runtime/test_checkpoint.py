@@ -1,5 +1,7 @@
 """runtime/checkpoint.py: round trips, intervals, corrupt checkpoints, averaging against NumPy."""
 
+import errno
+import json
 import logging
 import os
 import pathlib
@@ -12,6 +14,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import optax
+import orbax.checkpoint as ocp
 import pytest
 
 from t2t_jax import configs
@@ -363,3 +366,92 @@ def test_a_full_disk_gives_one_line_keeps_the_checkpoints_and_resumes_after(smal
     _assert_trees_equal(state, jax.device_get(_state(2)))
     assert ckpt.maybe_save(3, _state(3), force=True)
   assert sorted(p.name for p in (small_disk / "checkpoints").iterdir()) == ["1", "2", "3"]
+
+
+class _Unreadable:
+  """Makes reading the `state` of `step` raise `error` (the first `times` reads; -1: all)."""
+
+  def __init__(self, monkeypatch, step, error, times=-1):
+    self.step, self.error, self.left, self.reads = str(step), error, times, 0
+    restore = ocp.StandardCheckpointHandler.restore
+
+    def failing(handler, directory, *args, **kwargs):
+      if pathlib.Path(directory).parent.name == self.step and self.left != 0:
+        self.reads += 1
+        self.left -= 1
+        raise self.error
+      return restore(handler, directory, *args, **kwargs)
+
+    monkeypatch.setattr(ocp.StandardCheckpointHandler, "restore", failing)
+
+
+def _eio(step_dir):
+  return OSError(errno.EIO, "Input/output error", str(step_dir / "state" / "d" / "abc"))
+
+
+@pytest.mark.parametrize("make_error", [_eio, lambda _: MemoryError(), lambda _: TimeoutError(
+    "read timed out"), lambda d: ValueError(
+        'UNAVAILABLE: Error reading local file "/nfs/x": [os_error_code=\'5\']')])
+def test_a_failed_read_is_retried_then_stops_and_moves_nothing(tmp_path, monkeypatch,
+                                                               make_error):
+  _save_steps(tmp_path, [2, 4, 6])
+  directory = tmp_path / "checkpoints"
+  fault = _Unreadable(monkeypatch, 6, make_error(directory / "6"))
+  waits = []
+  ckpt = checkpoint.Checkpointer(tmp_path, _CFG, retry_delays_s=(1, 5), sleep=waits.append)
+  with pytest.raises(checkpoint.CheckpointUnreadableError) as e:
+    ckpt.restore_latest(jax.eval_shape(lambda: _state(0)))
+  assert fault.reads == 3 and waits == [1, 5]  # the first read and two more
+  message = str(e.value)
+  assert "\n" not in message and message.startswith("could not read checkpoint step 6 (")
+  assert type(fault.error).__name__ in message and "3 attempts); nothing was moved" in message
+  if getattr(fault.error, "filename", None):  # else the step directory stands for it
+    assert f"{directory / '6' / 'state' / 'd' / 'abc'}: OSError: [Errno 5] Input/output" \
+        in message
+  assert sorted(p.name for p in directory.iterdir()) == ["2", "4", "6"]
+  ckpt.close()
+  monkeypatch.undo()  # the fault is gone: the newest step restores
+  with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:
+    state, extras = ckpt.restore_latest(_state(0))
+  _assert_trees_equal(state, jax.device_get(_state(6)))
+  assert extras == {"data": {"position": 6}}
+
+
+def test_a_read_that_fails_once_is_retried_and_restores_the_newest(tmp_path, monkeypatch):
+  _save_steps(tmp_path, [2, 4])
+  fault = _Unreadable(monkeypatch, 4, _eio(tmp_path), times=1)
+  with checkpoint.Checkpointer(tmp_path, _CFG, retry_delays_s=(1,), sleep=lambda _: None
+                               ) as ckpt:
+    state, _ = ckpt.restore_latest(_state(0))
+  _assert_trees_equal(state, jax.device_get(_state(4)))
+  assert fault.reads == 1
+  assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "4"]
+
+
+@pytest.mark.parametrize("error, kind", [
+    (FileNotFoundError(errno.ENOENT, "No such file"), checkpoint.DAMAGED),
+    (json.JSONDecodeError("Expecting value", "{", 1), checkpoint.DAMAGED),
+    (KeyError('Item "meta" was not found in the checkpoint. Available items: [\'state\']'),
+     checkpoint.DAMAGED),
+    (ValueError('DATA_LOSS: Error reading local file "/c/6/state/d/1": Error decoding b-tree'),
+     checkpoint.DAMAGED),
+    (ValueError('OUT_OF_RANGE: Error reading local file "/c/6/state/d/1": Requested byte'),
+     checkpoint.DAMAGED),
+    (ValueError("NOT_FOUND: Error reading local file \"/c/d/1\" [os_error_code='2']"),
+     checkpoint.DAMAGED),
+    (PermissionError(errno.EACCES, "Permission denied"), checkpoint.UNREADABLE),
+    (OSError(errno.ENOSPC, "No space left on device"), checkpoint.UNREADABLE),
+    (ValueError('PERMISSION_DENIED: Error opening local file "/c/6/state/d/1"'),
+     checkpoint.UNREADABLE),
+    (ValueError("RESOURCE_EXHAUSTED: Failed writing [os_error_code='28']"),
+     checkpoint.UNREADABLE),
+    (MemoryError(), checkpoint.UNREADABLE),
+    (ValueError("User-provided restore item and on-disk value metadata tree structures do "
+                "not match"), checkpoint.INCOMPATIBLE),
+    (KeyError("params"), checkpoint.INCOMPATIBLE),
+])
+def test_only_evidence_about_the_files_counts_as_damage(error, kind):
+  assert checkpoint.classify(error) == kind
+  wrapped = RuntimeError("orbax wrapped it")
+  wrapped.__cause__ = error
+  assert checkpoint.classify(wrapped) == kind
