@@ -12,6 +12,7 @@ import subprocess
 import sys
 import time
 
+import numpy as np
 import pytest
 
 from t2t_jax.runtime import multihost
@@ -125,3 +126,67 @@ def test_bad_process_settings_fail_with_the_value():
     multihost.initialize("127.0.0.1:1", 2, 2)
   with pytest.raises(ValueError, match="num_processes=0 must be at least 1"):
     multihost.initialize("127.0.0.1:1", 0, 0)
+
+
+# argv: a work directory with checkpoints of steps 2, 4 and 6, and the fault process 1
+# alone meets when it reads step 6: "unreadable" (EIO, every attempt) or "damaged".
+_RESTORE_DRIVER = """
+import errno, pathlib, sys
+from t2t_jax import multihost
+multihost.initialize()
+import jax, orbax.checkpoint as ocp
+from t2t_jax import checkpoint, configs
+workdir, fault = pathlib.Path(sys.argv[1]), sys.argv[2]
+if jax.process_index() == 1:
+  restore = ocp.StandardCheckpointHandler.restore
+  def failing(handler, directory, *args, **kwargs):
+    if pathlib.Path(directory).parent.name == "6":
+      if fault == "unreadable":
+        raise OSError(errno.EIO, "Input/output error", str(directory))
+      raise ValueError('DATA_LOSS: Error reading local file "' + str(directory) + '/d/1"')
+    return restore(handler, directory, *args, **kwargs)
+  ocp.StandardCheckpointHandler.restore = failing
+cfg = configs.get_config("demo", checkpoint_every_steps=None, checkpoint_every_minutes=None)
+ckpt = checkpoint.Checkpointer(workdir, cfg, retry_delays_s=(0,))
+try:
+  _, extras = ckpt.restore_latest({"w": jax.ShapeDtypeStruct((3,), "float32")})
+  print("restored step", extras["step"], flush=True)
+except checkpoint.CheckpointUnreadableError as e:
+  print("stopped:", e, flush=True)
+ckpt.close()
+multihost.barrier("done")
+print("done", flush=True)
+"""
+
+
+@pytest.mark.parametrize("fault", ["unreadable", "damaged"])
+def test_processes_restore_the_same_step_when_only_one_fails_to_read_it(tmp_path, fault):
+  from t2t_jax import checkpoint, configs  # pylint: disable=g-import-not-at-top
+  cfg = configs.get_config("demo", checkpoint_every_steps=None, checkpoint_every_minutes=None)
+  with checkpoint.Checkpointer(tmp_path, cfg) as ckpt:
+    for step in (2, 4, 6):
+      ckpt.maybe_save(step, {"w": np.full(3, step, np.float32)}, {"step": step}, force=True)
+  port = free_port()
+  processes = []
+  for i in range(2):
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2",
+           multihost.ENV_COORDINATOR: f"127.0.0.1:{port}", multihost.ENV_NUM_PROCESSES: "2",
+           multihost.ENV_PROCESS_ID: str(i)}
+    processes.append(subprocess.Popen(
+        [sys.executable, "-c", _RESTORE_DRIVER, str(tmp_path), fault], env=env, cwd=ROOT,
+        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True))
+  outputs = [p.communicate(timeout=180)[0] for p in processes]
+  lines = [[line for line in out.splitlines() if line.startswith(("restored", "stopped"))]
+           for out in outputs]
+  # Both passed the same barriers and ended, with the same outcome.
+  assert [p.returncode for p in processes] == [0, 0], outputs
+  assert all("done" in out for out in outputs), outputs
+  assert len(lines[0]) == 1 and lines[0] == lines[1], outputs
+  steps = sorted(p.name for p in (tmp_path / "checkpoints").iterdir())
+  if fault == "unreadable":
+    assert lines[0][0].startswith("stopped: process 1: could not read checkpoint step 6 (")
+    assert "Input/output error" in lines[0][0] and "nothing was moved" in lines[0][0]
+    assert steps == ["2", "4", "6"]
+  else:
+    assert lines[0] == ["restored step 4"]
+    assert steps == ["2", "4", "6.corrupt"]
