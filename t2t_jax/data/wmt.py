@@ -35,42 +35,83 @@ def _prepare_hint(name: str, data_dir: Optional[str]) -> str:
           f"copy {where} here and point --config.data_dir (or TFDS_DATA_DIR) at it")
 
 
+def _first_line(error: BaseException) -> str:
+  text = str(error).strip()
+  return f"{type(error).__name__}: {text.splitlines()[0][:200]}" if text else type(error).__name__
+
+
+def _network_errors() -> tuple[type[BaseException], ...]:
+  """What a download that cannot reach its server raises (tfds fetches with requests)."""
+  import urllib.error
+  import requests
+  import tensorflow_datasets as tfds
+  return (ConnectionError, TimeoutError, urllib.error.URLError, requests.ConnectionError,
+          requests.Timeout, tfds.download.DownloadError)
+
+
+def _check_data_dir(data_dir: Optional[str], download: bool) -> None:
+  if data_dir is None:
+    return
+  if os.path.exists(data_dir) and not os.path.isdir(data_dir):
+    raise NotADirectoryError(f"data_dir {data_dir} is a file, not a directory; point "
+                             "--config.data_dir (or TFDS_DATA_DIR) at the tfds data directory")
+  if not download and not os.path.isdir(data_dir):
+    raise FileNotFoundError(f"data_dir {data_dir} does not exist; point --config.data_dir "
+                            "(or TFDS_DATA_DIR) at the directory the dataset was prepared in")
+
+
+def _open(name: str, data_dir: Optional[str]):
+  """tfds.builder, with an unknown dataset or config said in one line."""
+  import tensorflow_datasets as tfds
+  try:
+    return tfds.builder(name, data_dir=data_dir)
+  except tfds.core.DatasetNotFoundError:
+    raise ValueError(f"unknown tfds dataset {name!r}; use e.g. 'wmt14_translate/de-en', "
+                     "'demo' or 'text'") from None
+  except ValueError as e:
+    if "BuilderConfig" not in str(e):
+      raise  # another failure of tfds: its own message
+    line = next((l for l in str(e).splitlines() if "BuilderConfig" in l), "")
+    raise ValueError(f"tfds dataset {name!r} has no such config ({line.strip()[:200]}); use "
+                     "e.g. 'wmt14_translate/de-en' or 'wmt14_translate/fr-en'") from None
+
+
 def builder(cfg, download: bool = True):
   """The prepared tfds builder for config.dataset; prepares it first when allowed.
 
-  Raises a one-line FileNotFoundError saying how to prepare the data elsewhere
-  when it is not prepared and cannot be downloaded here; ValueError for an
-  unknown dataset or language.
+  Each failure keeps its own cause in one line: a data_dir that is a file or
+  (without download) does not exist: NotADirectoryError / FileNotFoundError; an
+  unknown dataset, config or language: ValueError; not prepared and no network
+  (or no download allowed): FileNotFoundError saying how to prepare the data
+  elsewhere; preparing failed on this machine (disk full, not writable): OSError.
   """
   import tensorflow as tf
-  import tensorflow_datasets as tfds
   # TensorFlow only reads files here; keep it off any accelerator JAX uses.
   tf.config.set_visible_devices([], "GPU")
   data_dir = resolve_data_dir(cfg)
-  try:
-    b = tfds.builder(cfg.dataset, data_dir=data_dir)
-  except Exception as e:  # unknown name or config: say which
-    raise ValueError(f"unknown tfds dataset {cfg.dataset!r} ({type(e).__name__}: "
-                     f"{str(e).splitlines()[0] if str(e) else ''}); use e.g. "
-                     "'wmt14_translate/de-en', 'demo' or 'text'") from None
+  _check_data_dir(data_dir, download)
+  b = _open(cfg.dataset, data_dir)
   languages = set(b.info.features.keys()) if hasattr(b.info.features, "keys") else set()
   for lang in (cfg.source_lang, cfg.target_lang):
     if languages and lang not in languages:
       raise ValueError(f"{cfg.dataset} has languages {sorted(languages)}, not {lang!r}; "
                        "set --config.source_lang/--config.target_lang")
   if not b.is_prepared():
+    where = data_dir or "the tfds default dir"
     if not download:
-      raise FileNotFoundError(f"{cfg.dataset} is not prepared in {data_dir or 'the tfds default dir'}"
-                       f"; {_prepare_hint(cfg.dataset, data_dir)}")
-    log.info("Preparing %s in %s (downloads several GB the first time)", cfg.dataset,
-             data_dir or "the tfds default data dir")
+      raise FileNotFoundError(f"{cfg.dataset} is not prepared in {where}; "
+                              f"{_prepare_hint(cfg.dataset, data_dir)}")
+    log.info("Preparing %s in %s (downloads several GB the first time)", cfg.dataset, where)
     try:
       b.download_and_prepare()
-    except Exception as e:  # offline, or a mirror is down: one clear line, no traceback
-      reason = str(e).splitlines()[0][:200] if str(e) else type(e).__name__
+    except _network_errors() as e:  # offline, or a mirror is down
       raise FileNotFoundError(f"{cfg.dataset} is not prepared and could not be downloaded "
-                       f"({type(e).__name__}: {reason}); {_prepare_hint(cfg.dataset, data_dir)}"
-                       ) from None
+                              f"({_first_line(e)}); {_prepare_hint(cfg.dataset, data_dir)}"
+                              ) from None
+    except OSError as e:  # the download worked; writing the dataset here did not
+      raise OSError(f"could not prepare {cfg.dataset} in {where} ({_first_line(e)}); free "
+                    "space or make it writable, or "
+                    f"{_prepare_hint(cfg.dataset, data_dir)}") from None
   return b
 
 
@@ -78,14 +119,20 @@ def load_pairs(cfg, split: str, download: bool = True) -> list[tuple[str, str]]:
   """All (source, target) pairs of `split` ("train", "dev" or "test")."""
   if split not in SPLITS:
     raise ValueError(f"split={split!r}: use one of {sorted(SPLITS)}")
+  import tensorflow as tf
   import tensorflow_datasets as tfds
   b = builder(cfg, download)
-  ds = b.as_dataset(split=SPLITS[split], shuffle_files=False).batch(4096)
   src_lang, tgt_lang = cfg.source_lang, cfg.target_lang
   pairs = []
-  for batch in tfds.as_numpy(ds):
-    pairs += zip((s.decode("utf-8") for s in batch[src_lang]),
-                 (t.decode("utf-8") for t in batch[tgt_lang]))
+  try:
+    ds = b.as_dataset(split=SPLITS[split], shuffle_files=False).batch(4096)
+    for batch in tfds.as_numpy(ds):
+      pairs += zip((s.decode("utf-8") for s in batch[src_lang]),
+                   (t.decode("utf-8") for t in batch[tgt_lang]))
+  except (tf.errors.NotFoundError, FileNotFoundError) as e:  # a prepared file went missing
+    raise FileNotFoundError(
+        f"{cfg.dataset} in {b.data_dir} is missing files ({_first_line(e)}); prepare it again: "
+        f"{_prepare_hint(cfg.dataset, resolve_data_dir(cfg))}") from None
   if split == "test" and cfg.dataset.startswith("wmt14_translate") and \
       len(pairs) != NEWSTEST2014_LINES:
     log.warning("%s test split has %d pairs, not the %d lines of newstest2014; BLEU will "

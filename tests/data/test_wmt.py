@@ -104,6 +104,15 @@ def test_real_builder_over_local_files(local_downloads, caplog):
                     str(local_downloads / "work"))
   assert len(ds.train) == 5 and sorted(ds.test_references()) == sorted(t for _, t in test)
   assert ds.tokenizer.decode(ds.tokenizer.encode(TRAIN[2][1])) == TRAIN[2][1]
+  # A prepared file that went missing is said as such (not "unknown", not "download").
+  shards = list((local_downloads / "tfds").rglob("*test.tfrecord*"))
+  assert shards
+  for shard in shards:
+    shard.unlink()
+  with pytest.raises(FileNotFoundError) as e:
+    wmt.load_pairs(cfg, "test", download=False)
+  assert "\n" not in str(e.value) and "is missing files (" in str(e.value)
+  assert "prepare it again" in str(e.value)
 
 
 def test_unprepared_and_offline_gives_one_clear_line(tmp_path, monkeypatch, offline):
@@ -121,3 +130,37 @@ def test_unprepared_and_offline_gives_one_clear_line(tmp_path, monkeypatch, offl
     wmt.load_pairs(cfg, "test", download=False)
   with pytest.raises(ValueError, match="has languages"):
     wmt.load_pairs(cfg.replace(target_lang="fr"), "test")
+
+
+def test_each_data_source_failure_keeps_its_cause(tmp_path, monkeypatch, offline):
+  def one_line(error_type, cfg, download=True):
+    with pytest.raises(error_type) as e:
+      wmt.load_pairs(cfg, "test", download=download)
+    assert "\n" not in str(e.value)
+    return str(e.value)
+
+  cfg = configs.get_config("base", dataset="wmt14_translate/de-en", data_dir=str(tmp_path))
+  assert one_line(ValueError, cfg.replace(dataset="no_such_dataset")).startswith(
+      "unknown tfds dataset 'no_such_dataset'; use e.g.")
+  assert "has no such config (" in one_line(ValueError,
+                                            cfg.replace(dataset="wmt14_translate/xx-en"))
+  (tmp_path / "a_file").write_text("")
+  assert one_line(NotADirectoryError, cfg.replace(data_dir=str(tmp_path / "a_file"))
+                  ).startswith(f"data_dir {tmp_path / 'a_file'} is a file, not a directory")
+  assert one_line(FileNotFoundError, cfg.replace(data_dir=str(tmp_path / "nowhere")),
+                  download=False).startswith(f"data_dir {tmp_path / 'nowhere'} does not exist")
+
+  def disk_full(self, url_or_urls):
+    raise OSError(28, "No space left on device")
+
+  monkeypatch.setattr(tfds.download.DownloadManager, "download_and_extract", disk_full)
+  message = one_line(OSError, cfg)
+  assert message.startswith("could not prepare wmt14_translate/de-en in ")
+  assert "No space left on device" in message and "could not be downloaded" not in message
+
+  def bug(self, url_or_urls):
+    raise KeyError("a bug in the download code")
+
+  monkeypatch.setattr(tfds.download.DownloadManager, "download_and_extract", bug)
+  with pytest.raises(KeyError, match="a bug"):  # not rewritten as a download failure
+    wmt.load_pairs(cfg, "test")
