@@ -502,12 +502,24 @@ def _steps(directory: pathlib.Path) -> list[int]:
     return sorted(manager.all_steps())
 
 
+def _unless_damaged(error: Exception, what: str) -> None:
+  """Raises for a failure that is not damage (`classify`): only damage may be passed over."""
+  kind = classify(error)
+  if kind == UNREADABLE:
+    raise CheckpointUnreadableError(
+        f"could not read {what} ({_describe(error)}); nothing was skipped. Fix the file "
+        "system or free memory, then run the same command again") from error
+  if kind != DAMAGED:
+    raise error
+
+
 def _newest_loadable(manager, directory: pathlib.Path, steps: Sequence[int]):
-  """Yields (step, params) newest first, warning about and skipping those that fail to load."""
+  """Yields (step, params) newest first, warning about and skipping damaged ones."""
   for step in reversed(steps):
     try:
       params = _restore_params(manager, step)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:  # pylint: disable=broad-except  (_unless_damaged decides)
+      _unless_damaged(e, f"checkpoint step {step} at {directory / str(step)}")
       warnings.warn(f"skipping checkpoint step {step} at {directory / str(step)} "
                     f"({_describe(e)})", CheckpointWarning, stacklevel=3)
       continue
@@ -518,8 +530,9 @@ def average_checkpoints(workdir: str | os.PathLike, last: int = 5) -> PyTree:
   """The float32 mean of the params of the last `last` checkpoints; also written to `averaged/`.
 
   Fewer checkpoints than `last`: averages those there are, with a warning. A
-  checkpoint that fails to load is skipped with a warning (the next older one
-  takes its place). Raises FileNotFoundError when there is no checkpoint at all.
+  damaged checkpoint is skipped with a warning (the next older one takes its
+  place); one that cannot be read now raises CheckpointUnreadableError. Raises
+  FileNotFoundError when there is no checkpoint at all.
   """
   if last < 1:
     raise ValueError(f"last={last} must be at least 1")
@@ -592,7 +605,8 @@ def load_params(workdir: str | os.PathLike, averaged: bool = True) -> PyTree:
   if averaged and _steps(workdir / AVERAGED_DIR):
     try:
       params, step, info = _load_averaged(workdir / AVERAGED_DIR)
-    except Exception as e:  # pylint: disable=broad-except
+    except Exception as e:  # pylint: disable=broad-except  (_unless_damaged decides)
+      _unless_damaged(e, f"the averaged params in {workdir / AVERAGED_DIR}")
       warnings.warn(f"cannot load the averaged params in {workdir / AVERAGED_DIR} "
                     f"({_describe(e)}); using the latest checkpoint", CheckpointWarning,
                     stacklevel=2)

@@ -306,6 +306,15 @@ def test_average_skips_a_corrupt_checkpoint(tmp_path):
   _assert_trees_equal(averaged, _np_mean([2, 4]))
 
 
+def test_average_stops_at_a_checkpoint_it_cannot_read(tmp_path, monkeypatch):
+  _save_steps(tmp_path, [1, 2, 3, 4], cfg=_CFG.replace(average_last=4))
+  _Unreadable(monkeypatch, 3, _eio(tmp_path), handler=ocp.PyTreeCheckpointHandler)
+  with pytest.raises(checkpoint.CheckpointUnreadableError,
+                     match=r"could not read checkpoint step 3 at .*Input/output error"):
+    checkpoint.average_checkpoints(tmp_path, last=2)  # not the average of 2 and 4
+  assert not (tmp_path / "averaged").exists()
+
+
 def test_load_params_falls_back_to_latest_and_warns_when_stale(tmp_path, caplog):
   _save_steps(tmp_path, [1, 2])
   checkpoint.average_checkpoints(tmp_path, last=2)
@@ -371,9 +380,9 @@ def test_a_full_disk_gives_one_line_keeps_the_checkpoints_and_resumes_after(smal
 class _Unreadable:
   """Makes reading the `state` of `step` raise `error` (the first `times` reads; -1: all)."""
 
-  def __init__(self, monkeypatch, step, error, times=-1):
+  def __init__(self, monkeypatch, step, error, times=-1, handler=ocp.StandardCheckpointHandler):
     self.step, self.error, self.left, self.reads = str(step), error, times, 0
-    restore = ocp.StandardCheckpointHandler.restore
+    restore = handler.restore
 
     def failing(handler, directory, *args, **kwargs):
       if pathlib.Path(directory).parent.name == self.step and self.left != 0:
@@ -382,7 +391,7 @@ class _Unreadable:
         raise self.error
       return restore(handler, directory, *args, **kwargs)
 
-    monkeypatch.setattr(ocp.StandardCheckpointHandler, "restore", failing)
+    monkeypatch.setattr(handler, "restore", failing)
 
 
 def _eio(step_dir):
