@@ -1,7 +1,7 @@
 """Fault injection: kill a demo-sized run at random moments, restart it, compare with an unkilled one.
 
     python benchmarks/fault_injection.py [--kills=20] [--signals=KILL,TERM] [--seed=0]
-        [--steps=200] [--workdir=DIR] [--keep]
+        [--faults=unreadable] [--steps=200] [--workdir=DIR] [--keep]
 
 Runs the real experiment script (`experiments/wmt14_ende.py --config=demo`, with a
 1-layer model on a small generated corpus, a checkpoint every 5 steps and a
@@ -20,6 +20,15 @@ norm of every step: the whole trajectory); the last one also needs the final
 state (params, Adam moments, step), the data position, the averaged params and
 the BLEU scores to be identical to the unkilled run's. Prints, per signal,
 "survived N/M kills".
+
+`--faults=unreadable` (the default; `--faults=` for none): an unreadable newest
+checkpoint. The run is killed (SIGKILL) once its second checkpoint is on disk
+and restarted while reading that newest checkpoint fails with EIO (injected by
+the restart's own process into orbax's StandardCheckpointHandler.restore: the
+benchmark runs as root, which no file permission stops); it must stop with exit
+status 1 and one line naming the step, set nothing aside and move nothing.
+Restarted once more without the fault, it must resume from that newest step and
+finish identical to the unkilled run.
 """
 
 from __future__ import annotations
@@ -47,6 +56,20 @@ DETERMINISTIC = ("train_loss", "train_nll", "train_accuracy", "train_perplexity"
                  "eval_perplexity")
 EVERY = 5
 STEP_LINE = re.compile(r"\bstep (\d+):")
+# Runs argv[2:] (the script and its flags) with every read of checkpoint step argv[1]
+# failing as a flaky file system fails.
+UNREADABLE_DRIVER = """
+import errno, pathlib, runpy, sys
+import orbax.checkpoint as ocp
+step, restore = sys.argv[1], ocp.StandardCheckpointHandler.restore
+def unreadable(handler, directory, *args, **kwargs):
+  if pathlib.Path(directory).parent.name == step:
+    raise OSError(errno.EIO, "Input/output error", str(directory))
+  return restore(handler, directory, *args, **kwargs)
+ocp.StandardCheckpointHandler.restore = unreadable
+sys.argv = sys.argv[2:]
+runpy.run_path(sys.argv[0], run_name="__main__")
+"""
 
 
 def write_corpus(directory: pathlib.Path) -> dict:
@@ -181,6 +204,53 @@ def same_final(reference: pathlib.Path, faulted: pathlib.Path) -> list[str]:
   return problems
 
 
+def checkpoint_names(workdir: pathlib.Path) -> list[str]:
+  """The entries of WORKDIR/checkpoints that are finished or set-aside steps."""
+  directory = workdir / "checkpoints"
+  names = [p.name for p in directory.iterdir()] if directory.is_dir() else []
+  step = lambda n: int(n.partition(".")[0]) if n.partition(".")[0].isdigit() else -1
+  return sorted((n for n in names if "tmp" not in n), key=lambda n: (step(n), n))
+
+
+def unreadable_newest(cmd, env, workdir: pathlib.Path, reference: dict) -> dict:
+  """Kill after the second checkpoint; restart unable to read it; restart with the fault gone."""
+  logs = [workdir.parent / f"{workdir.name}.{n}.log" for n in range(3)]
+  first = Incarnation(cmd, env, logs[0])
+  first.wait_until(lambda: str(2 * EVERY) in checkpoint_names(workdir))
+  first.process.send_signal(signal.SIGKILL)
+  first.process.wait()
+  before = checkpoint_names(workdir)
+  newest = max(int(n) for n in before if n.isdigit())
+  faulted = Incarnation([cmd[0], "-c", UNREADABLE_DRIVER, str(newest), *cmd[1:]], env, logs[1])
+  faulted_rc = faulted.process.wait(timeout=900)
+  faulted_s = time.monotonic() - faulted.started
+  text = logs[1].read_text(errors="replace")
+  errors = [line for line in text.splitlines() if line.startswith("error:")]
+  after_fault = checkpoint_names(workdir)
+  healed = Incarnation(cmd, env, logs[2])
+  healed_rc = healed.process.wait(timeout=900)
+  resumed = re.findall(r"Resumed from step (\d+)", logs[2].read_text(errors="replace"))
+  problems = []
+  if faulted_rc != 1 or len(errors) != 1 or f"checkpoint step {newest} (" not in errors[0]:
+    problems.append(f"the faulted run ended with status {faulted_rc} and {errors}; see {logs[1]}")
+  if after_fault != before:
+    problems.append(f"the faulted run changed the checkpoints: {before} -> {after_fault}")
+  if resumed != [str(newest)]:
+    problems.append(f"the run resumed from {resumed}, not step {newest}; see {logs[2]}")
+  if healed_rc != 0:
+    problems.append(f"the run after the fault failed with status {healed_rc}; see {logs[2]}")
+  else:
+    logged = metrics(workdir)
+    if logged != {s: reference.get(s) for s in logged}:
+      problems.append("metrics differ from the reference")
+    problems += same_final(workdir.parent / "reference", workdir)
+  return {"newest": newest, "attempts": text.count("Could not read checkpoint step") + 1,
+          "faulted_s": faulted_s, "faulted_rc": faulted_rc, "message": errors[:1],
+          "set_aside": [n for n in checkpoint_names(workdir) if "corrupt" in n],
+          "before": before, "after_fault": after_fault, "resumed": resumed,
+          "problems": problems}
+
+
 def kill_plan(kills: int, steps: int, rng: random.Random) -> list[tuple[str, float]]:
   """(kind, parameter) per kill: start-up (fraction of start-up time), training (step), checkpoint."""
   kinds = (["checkpoint"] * (kills // 4) + ["startup"] * (kills // 5))
@@ -241,11 +311,17 @@ def main() -> None:
   parser.add_argument("--kills", type=int, default=20)
   parser.add_argument("--signals", default="KILL,TERM", help="comma-separated: KILL, TERM, INT")
   parser.add_argument("--seed", type=int, default=0)
+  parser.add_argument("--faults", default="unreadable",
+                      help="comma-separated: unreadable (the newest checkpoint); empty: none")
   parser.add_argument("--steps", type=int, default=200, help="training steps of the run")
   parser.add_argument("--workdir", default=None, help="default: a temporary directory")
   parser.add_argument("--keep", action="store_true", help="keep the work directories")
   args = parser.parse_args()
-  signums = [getattr(signal, "SIG" + name.strip().upper()) for name in args.signals.split(",")]
+  signums = [getattr(signal, "SIG" + name.strip().upper())
+             for name in args.signals.split(",") if name.strip()]
+  faults = [name.strip() for name in args.faults.split(",") if name.strip()]
+  if set(faults) - {"unreadable"}:
+    parser.error(f"unknown --faults={args.faults}; the faults are: unreadable")
   base = pathlib.Path(args.workdir or tempfile.mkdtemp(prefix="fault_injection_"))
   base.mkdir(parents=True, exist_ok=True)
   files = write_corpus(base / "corpus")
@@ -274,11 +350,25 @@ def main() -> None:
           f"uninterrupted run", flush=True)
     for problem in result["problems"]:
       print("  problem:", problem)
+  if "unreadable" in faults:
+    workdir = base / "unreadable"
+    result = unreadable_newest(command(workdir, files, args.steps), env, workdir, reference)
+    results.append(result)
+    print(f"unreadable newest checkpoint (step {result['newest']}, EIO on every read): the "
+          f"restart stopped after {result['attempts']} attempts in {result['faulted_s']:.0f} s "
+          f"with exit status {result['faulted_rc']}: {result['message']}; checkpoints "
+          f"{result['before']} before, {result['after_fault']} after, set aside: "
+          f"{result['set_aside'] or 'none'}; with the fault gone it resumed from step "
+          f"{', '.join(result['resumed']) or 'none'} and finished "
+          f"{'identical' if not result['problems'] else 'NOT identical'} to the uninterrupted "
+          "run", flush=True)
+    for problem in result["problems"]:
+      print("  problem:", problem)
   print(f"total {time.monotonic() - start:.0f} s; work directories in {base}")
   if not args.keep and not args.workdir:
     shutil.rmtree(base, ignore_errors=True)
-  failed = any(r["problems"] or r["survived"] < args.kills or r["delivered"] < args.kills
-               for r in results)
+  failed = any(r["problems"] or r.get("survived", args.kills) < args.kills
+               or r.get("delivered", args.kills) < args.kills for r in results)
   sys.exit(1 if failed else 0)
 
 
