@@ -17,7 +17,11 @@ ordinary exceptions library code raises on bad input or a failed run
 (OSError, ValueError, FloatingPointError, RuntimeError) into one line on
 stderr and exit status 1, and a run stopped by a signal after saving
 (`preemption.Preempted`) into its one line and exit status 128 + the signal
-number. Anything else is a bug and keeps its traceback.
+number. Anything else is a bug and keeps its traceback. The decisions to end
+a process at once are taken here, not in the library: a second stop signal
+(`preemption.SignalledAgain`); a failure in a multi-process run, which the
+other processes are told of (`multihost.report_failure`) and stop on
+(`stop_for_peer`, given to `multihost.initialize`).
 """
 
 from __future__ import annotations
@@ -29,10 +33,14 @@ import functools
 import logging
 import os
 import sys
+import traceback
 import typing
 from typing import Any, Callable, Optional, Sequence
 
+import jax
+
 from t2t_jax import configs
+from t2t_jax.runtime import multihost
 from t2t_jax.runtime import preemption
 
 _FIELDS = {f.name: f for f in dataclasses.fields(configs.TransformerConfig)}
@@ -186,6 +194,28 @@ def one_line(error: BaseException) -> str:
   return text.splitlines()[0] if text else type(error).__name__
 
 
+def exit_at_once(line: str, status: int) -> typing.NoReturn:
+  """Prints `line` on stderr and ends the process now, running no exit handler.
+
+  A plain exit would wait: JAX's exit handler waits for every process at a
+  shutdown barrier while the others may wait for this one inside a collective,
+  and orbax's waits for a checkpoint being written.
+  """
+  print(line, file=sys.stderr, flush=True)
+  sys.stdout.flush()
+  os._exit(status)  # pylint: disable=protected-access
+
+
+def fail_together(message: str) -> typing.NoReturn:
+  """Ends this process with status 1 after telling the others, which stop within seconds."""
+  exit_at_once(f"error: {multihost.report_failure(message)}", 1)
+
+
+def stop_for_peer(text: str) -> typing.NoReturn:
+  """`multihost.initialize`'s `on_peer_failure` for commands: this process stops too."""
+  exit_at_once(f"error: stopping process {jax.process_index()} because {text}", 1)
+
+
 def command(main: Callable[..., Any]) -> Callable[..., Any]:
   """Wraps a script's `main(argv=None)`: logging, and USER_ERRORS as one line + exit status 1."""
 
@@ -197,8 +227,16 @@ def command(main: Callable[..., Any]) -> Callable[..., Any]:
     except preemption.Preempted as e:
       print(one_line(e), file=sys.stderr, flush=True)
       raise SystemExit(e.exit_code) from None
-    except USER_ERRORS as e:
-      raise SystemExit(f"error: {one_line(e)}") from None
+    except preemption.SignalledAgain as e:
+      exit_at_once(f"\n{one_line(e)}", e.exit_code)
+    except Exception as e:  # pylint: disable=broad-except
+      if multihost.is_multiprocess():
+        if not isinstance(e, USER_ERRORS):
+          traceback.print_exc()
+        fail_together(one_line(e))  # the other processes stop too, within seconds
+      if isinstance(e, USER_ERRORS):
+        raise SystemExit(f"error: {one_line(e)}") from None
+      raise
 
   return run
 

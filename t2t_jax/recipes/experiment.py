@@ -15,7 +15,6 @@ import logging
 import os
 import pathlib
 import time
-import traceback
 from typing import Any, Optional, Sequence
 
 import jax
@@ -162,19 +161,13 @@ def main(argv: Optional[Sequence[str]], script: str, language_pair: str,
   workdir = args.workdir or default_workdir(args.config, language_pair)
   if cli.joins_processes(args):
     # Before anything touches JAX's devices.
-    multihost.initialize(args.coordinator_address, args.num_processes, args.process_id)
+    multihost.initialize(args.coordinator_address, args.num_processes, args.process_id,
+                         on_peer_failure=cli.stop_for_peer)
     if not multihost.is_main():
       logging.getLogger().setLevel(logging.WARNING)  # process 0 tells the story
-  try:
-    results = run(cfg, workdir)
-  except preemption.Preempted:
-    raise  # every process stops after the same step; cli.command reports it
-  except Exception as e:  # pylint: disable=broad-except
-    if multihost.is_multiprocess():
-      if not isinstance(e, cli.USER_ERRORS):
-        traceback.print_exc()
-      multihost.fail(cli.one_line(e))  # the other processes stop too, within seconds
-    raise
+  # A failure in one process ends them all (cli.command); a preemption stops every
+  # process after the same step.
+  results = run(cfg, workdir)
   if multihost.is_main():
     print(json.dumps({k: results[k] for k in ("bleu", "dev_perplexity", "steps",
                                               "wall_time_s")}, indent=2))

@@ -16,10 +16,12 @@ what the collectives do not:
 - `barrier(name)`: waits for every process.
 - `first_flag(name, value)`: a flag any one process may raise (SIGTERM reached
   it), seen by all of them at the same call.
-- `fail(message)`: ends this process at once and makes every other one stop
-  within about a second with a message naming this one. A plain exit would
-  hang: JAX's exit handler waits for all processes at a shutdown barrier while
-  the others wait for this one inside a collective.
+- `report_failure(message)`: tells every other process that this one failed;
+  their watcher thread (started by `initialize`) hands the news to the caller's
+  `on_peer_failure` within about a second. This module ends no process: the
+  command decides (cli.py ends them all at once, since a plain exit would hang:
+  JAX's exit handler waits for all processes at a shutdown barrier while the
+  others wait for this one inside a collective).
 
 A process killed outright (SIGKILL, a lost host) is noticed by the coordination
 service after `heartbeat_timeout_s` without a heartbeat: every other process
@@ -33,11 +35,11 @@ from __future__ import annotations
 import atexit
 import logging
 import os
-import sys
 import threading
 from typing import Any, Callable, Optional
 
 import jax
+from orbax.checkpoint import multihost as orbax_multihost
 
 log = logging.getLogger(__name__)
 
@@ -72,12 +74,16 @@ def _env_int(name: str) -> Optional[int]:
 def initialize(coordinator_address: Optional[str] = None, num_processes: Optional[int] = None,
                process_id: Optional[int] = None, *,
                heartbeat_timeout_s: int = DEFAULT_HEARTBEAT_TIMEOUT_S,
-               initialization_timeout_s: int = 300) -> None:
+               initialization_timeout_s: int = 300,
+               on_peer_failure: Optional[Callable[[str], Any]] = None) -> None:
   """Joins this process to the run; must come before anything else touches JAX's devices.
 
   Unset arguments come from JAX_COORDINATOR_ADDRESS, JAX_NUM_PROCESSES and
   JAX_PROCESS_ID, and what is still unset from JAX's cluster auto-detection
   (SLURM, Open MPI, Cloud TPU, Kubernetes). On CPU the collectives go over gloo.
+  `on_peer_failure(text)` runs in a watcher thread when another process
+  reported a failure ("process 1 failed: ..."); without it the news is only
+  logged, and this process carries on until a collective or the heartbeat fails.
   """
   coordinator_address = coordinator_address or os.environ.get(ENV_COORDINATOR)
   if num_processes is None:
@@ -98,20 +104,22 @@ def initialize(coordinator_address: Optional[str] = None, num_processes: Optiona
                              initialization_timeout=initialization_timeout_s)
   log.info("Process %d of %d; %d local devices of %d", jax.process_index(),
            jax.process_count(), jax.local_device_count(), jax.device_count())
-  watcher = threading.Thread(target=_watch_for_failures, name="t2t_jax-peer-failures",
-                             daemon=True)
+  watcher = threading.Thread(target=_watch_for_failures, args=(on_peer_failure,),
+                             name="t2t_jax-peer-failures", daemon=True)
   watcher.start()
   atexit.register(_stop_watching, watcher)  # runs before JAX's shutdown (registered earlier)
 
 
 def _client() -> Any:
-  """JAX's coordination-service client, or None in a single-process run."""
-  # JAX has no public accessor; orbax reads the same attribute.
-  return jax._src.distributed.global_state.client  # pylint: disable=protected-access
+  """JAX's coordination-service client (its key-value store and barriers).
+
+  JAX has no public accessor; orbax's public one keeps up with JAX's versions.
+  """
+  return orbax_multihost.get_jax_distributed_client()
 
 
 def is_multiprocess() -> bool:
-  return _client() is not None and jax.process_count() > 1
+  return jax.distributed.is_initialized() and jax.process_count() > 1
 
 
 def is_main() -> bool:
@@ -199,22 +207,24 @@ def first_flag(name: str, value: Optional[int]) -> Optional[int]:
   return int(text) if text else None
 
 
-def fail(message: str) -> None:
-  """Reports `message`, tells the other processes, and ends this process with status 1."""
+def report_failure(message: str) -> str:
+  """Tells the other processes that this one failed; returns the text they are given.
+
+  This process's watcher falls silent (its own failure is no news to it); ending
+  the process is the caller's decision.
+  """
   text = f"process {jax.process_index()} failed: {message}"
-  _exiting.set()  # this process's watcher must not report its own failure
-  print(f"error: {text}", file=sys.stderr, flush=True)
+  _exiting.set()
   if is_multiprocess():
     try:
       _client().key_value_set(_FAILED_KEY, text)
     except Exception:  # pylint: disable=broad-except
       pass  # another process failed first and told everyone already
-  sys.stdout.flush()
-  os._exit(1)  # pylint: disable=protected-access
+  return text
 
 
-def _watch_for_failures() -> None:
-  """Ends this process when another one reported a failure (`fail`)."""
+def _watch_for_failures(on_peer_failure: Optional[Callable[[str], Any]]) -> None:
+  """Hands another process's failure report (`report_failure`) to `on_peer_failure`."""
   client = _client()
   while not _exiting.wait(_POLL_S):
     try:
@@ -223,9 +233,11 @@ def _watch_for_failures() -> None:
       continue  # nobody failed (NOT_FOUND), or the service is going away
     if _exiting.is_set():
       return
-    print(f"error: stopping process {jax.process_index()} because {text}", file=sys.stderr,
-          flush=True)
-    os._exit(1)  # pylint: disable=protected-access
+    if on_peer_failure is None:
+      log.error("Process %d: %s", jax.process_index(), text)
+    else:
+      on_peer_failure(text)
+    return
 
 
 def _stop_watching(watcher: threading.Thread) -> None:

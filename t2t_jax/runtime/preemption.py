@@ -1,12 +1,14 @@
-"""Stopping cleanly on SIGTERM or Ctrl-C: finish the step, save, exit; a second signal exits now.
+"""Stopping cleanly on SIGTERM or Ctrl-C: finish the step, save, stop; a second signal stops now.
 
 Cloud schedulers send SIGTERM some seconds before they take a machine away.
 Inside `with StopSignals() as stop:` the first SIGTERM or SIGINT only sets
 `stop.requested`; the training loop looks at it after each step, saves a
 checkpoint with the data position and raises `Preempted`. A second signal
-ends the process at once (exit status 128 + signal number) without waiting
-for anything: a checkpoint being written then is left unfinished, which the
-next run ignores (orbax renames a step into place only when it is complete).
+raises `SignalledAgain` at once, from wherever the main thread is (as Ctrl-C
+raises KeyboardInterrupt); nothing here ends the process. A command ends it
+then without waiting for anything (cli.py: exit status 128 + signal number): a
+checkpoint being written is left unfinished, which the next run ignores (orbax
+renames a step into place only when it is complete).
 
 Several hosts must stop at the same step; `requested` is this process's view
 only, so a multi-host loop combines it across processes before acting on it.
@@ -43,8 +45,21 @@ class Preempted(Exception):
     self.exit_code = 128 + signum
 
 
+class SignalledAgain(BaseException):
+  """A second stop signal: stop at once without saving.
+
+  A BaseException, as KeyboardInterrupt is, so that no `except Exception` on
+  the way up swallows it. `exit_code` is 128 + the signal number.
+  """
+
+  def __init__(self, message: str, signum: int):
+    super().__init__(message)
+    self.signum = signum
+    self.exit_code = 128 + signum
+
+
 class StopSignals:
-  """Turns the first SIGTERM/SIGINT into a request to stop; the second exits at once.
+  """Turns the first SIGTERM/SIGINT into a request to stop; the second raises SignalledAgain.
 
   Handlers can only be installed from the main thread; elsewhere this does
   nothing (signals keep their usual effect) and says so in the log. The
@@ -67,11 +82,9 @@ class StopSignals:
   def _handle(self, signum: int, frame) -> None:  # pylint: disable=unused-argument
     name = signal.Signals(signum).name
     if self.signum is not None:
-      # stderr directly: this must not wait on a logging lock held by the main thread.
-      os.write(sys.stderr.fileno(),
-               f"\n{name} again: exiting at once without saving (the last complete "
-               "checkpoint is kept)\n".encode())
-      os._exit(128 + signum)  # pylint: disable=protected-access
+      self._restore()  # a third signal has its usual effect
+      raise SignalledAgain(f"{name} again: exiting at once without saving (the last "
+                           "complete checkpoint is kept)", signum)
     self.signum = signum
     os.write(sys.stderr.fileno(),
              f"\n{name} received: finishing the current step, then saving a checkpoint and "
@@ -85,7 +98,10 @@ class StopSignals:
       self._previous[signum] = signal.signal(signum, self._handle)
     return self
 
-  def __exit__(self, *exc_info) -> None:
+  def _restore(self) -> None:
     for signum, handler in self._previous.items():
       signal.signal(signum, handler)
     self._previous.clear()
+
+  def __exit__(self, *exc_info) -> None:
+    self._restore()

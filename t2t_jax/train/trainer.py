@@ -211,7 +211,9 @@ class Trainer:
   def __enter__(self) -> "Trainer":
     return self
 
-  def __exit__(self, *exc_info) -> None:
+  def __exit__(self, exc_type, *exc_info) -> None:
+    if exc_type is not None and issubclass(exc_type, preemption.SignalledAgain):
+      return  # stopping at once: no waiting for a save being written (the next run ignores it)
     self.close()
 
   # --- Checkpoint --------------------------------------------------------------------

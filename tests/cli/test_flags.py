@@ -1,6 +1,7 @@
 """The one command-line parser and the one way a command fails."""
 
 import logging
+import pathlib
 import signal
 
 import pytest
@@ -82,3 +83,14 @@ def test_command_turns_ordinary_errors_into_one_line_and_keeps_bugs(capsys):
   assert e.value.code == 128 + signal.SIGTERM
   assert capsys.readouterr().err.splitlines()[-1] == "stopped on SIGTERM after step 7; ..."
 
+
+
+def test_only_the_command_layer_ends_the_process():
+  """Library code raises or returns; cli decides when a process ends (and how)."""
+  package = pathlib.Path(configs.__file__).parent
+  for path in package.rglob("*.py"):
+    if path.name == "cli.py" or "cli" in path.relative_to(package).parts[:-1]:
+      continue
+    text = path.read_text()
+    for call in ("os._exit(", "sys.exit(", "jax._src"):
+      assert call not in text, f"{path.relative_to(package)} uses {call}"

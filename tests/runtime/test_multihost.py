@@ -23,8 +23,9 @@ ROOT = pathlib.Path(__file__).parents[2]
 # count and the process id come from the environment, as a launcher would set them.
 _DRIVER = """
 import pathlib, sys, time
+from t2t_jax.cli import flags as cli
 from t2t_jax.runtime import multihost
-multihost.initialize(heartbeat_timeout_s=int(sys.argv[3]))
+multihost.initialize(heartbeat_timeout_s=int(sys.argv[3]), on_peer_failure=cli.stop_for_peer)
 import jax, jax.numpy as jnp
 mode, scratch = sys.argv[1], pathlib.Path(sys.argv[2])
 me = jax.process_index()
@@ -43,7 +44,7 @@ print("psum", float(total[0]), jax.device_count(), flush=True)
 print("ready", flush=True)
 for step in range(10**9):
   if mode == "fail" and me == 1 and step == 3:
-    multihost.fail("disk full")
+    cli.fail_together("disk full")  # what cli.command does with a failure
   psum(jnp.ones(jax.local_device_count())).block_until_ready()
   time.sleep(0.05)
 """

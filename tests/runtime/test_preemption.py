@@ -12,12 +12,15 @@ from t2t_jax.runtime import preemption
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
-# A loop of 0.1 s "steps"; on a stop request it "saves" for argv[1] seconds and exits.
+# A command looping over 0.1 s "steps"; on a stop request it "saves" for argv[1] seconds
+# and stops. cli.command turns what the library raises into the exit.
 _LOOP = """
 import sys, time
+from t2t_jax.cli import flags as cli
 from t2t_jax.runtime import preemption
-save_seconds = float(sys.argv[1])
-try:
+@cli.command
+def main(argv):
+  save_seconds = float(argv[0])
   with preemption.StopSignals() as stop:
     for step in range(1, 10_000):
       time.sleep(0.1)
@@ -26,9 +29,7 @@ try:
         time.sleep(save_seconds)
         print("SAVED", step, flush=True)
         raise preemption.Preempted(f"stopped at step {step} on {stop.name}", stop.signum)
-except preemption.Preempted as e:
-  print(e, file=sys.stderr)
-  sys.exit(e.exit_code)
+main(sys.argv[1:])
 """
 
 
@@ -78,3 +79,15 @@ def test_handlers_are_restored_and_a_thread_leaves_them_alone():
   thread.start()
   thread.join()
   assert signal.getsignal(signal.SIGTERM) == before and seen
+
+
+def test_a_second_signal_raises_in_the_caller_and_ends_nothing():
+  before = signal.getsignal(signal.SIGTERM)
+  with pytest.raises(preemption.SignalledAgain) as e:
+    with preemption.StopSignals() as stop:
+      signal.raise_signal(signal.SIGTERM)
+      assert stop.requested
+      signal.raise_signal(signal.SIGTERM)
+      pytest.fail("the second signal did not interrupt the caller")
+  assert e.value.exit_code == 128 + signal.SIGTERM and "SIGTERM again" in str(e.value)
+  assert signal.getsignal(signal.SIGTERM) == before  # this process goes on, as it was
