@@ -99,8 +99,9 @@ def _json_clean(obj: Any, what: str) -> Any:
 def _registry(tree_handler: type[ocp.CheckpointHandler]) -> Any:
   """Handlers of a training checkpoint's items and of an averaged one's.
 
-  Writing uses StandardCheckpointHandler; reading uses PyTreeCheckpointHandler
-  (same files), which can restore the params without the optimiser state.
+  Writing and restoring a whole training state use StandardCheckpointHandler;
+  reading params uses PyTreeCheckpointHandler (same files), which can restore
+  them without the optimiser state.
   """
   return ocp.handlers.create_default_handler_registry(
       state=tree_handler(), meta=ocp.JsonCheckpointHandler(), params=tree_handler(),
