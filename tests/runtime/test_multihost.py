@@ -42,11 +42,15 @@ psum = jax.pmap(lambda x: jax.lax.psum(x, "batch"), axis_name="batch")
 total = psum(jnp.full(jax.local_device_count(), me + 1.0))
 print("psum", float(total[0]), jax.device_count(), flush=True)
 print("ready", flush=True)
-for step in range(10**9):
-  if mode == "fail" and me == 1 and step == 3:
-    cli.fail_together("disk full")  # what cli.command does with a failure
-  psum(jnp.ones(jax.local_device_count())).block_until_ready()
-  time.sleep(0.05)
+
+@cli.command  # ends every process when one fails; the library only raises
+def loop(argv):
+  for step in range(10**9):
+    if mode == "fail" and me == 1 and step == 3:
+      raise OSError("disk full")
+    psum(jnp.ones(jax.local_device_count())).block_until_ready()
+    time.sleep(0.05)
+loop([])
 """
 
 
