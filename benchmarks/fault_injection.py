@@ -22,13 +22,14 @@ the BLEU scores to be identical to the unkilled run's. Prints, per signal,
 "survived N/M kills".
 
 `--faults=unreadable` (the default; `--faults=` for none): an unreadable newest
-checkpoint. The run is killed (SIGKILL) once its second checkpoint is on disk
-and restarted while reading that newest checkpoint fails with EIO (injected by
-the restart's own process into orbax's StandardCheckpointHandler.restore: the
-benchmark runs as root, which no file permission stops); it must stop with exit
-status 1 and one line naming the step, set nothing aside and move nothing.
-Restarted once more without the fault, it must resume from that newest step and
-finish identical to the unkilled run.
+checkpoint. The run is killed (SIGKILL) once its second checkpoint is on disk,
+the array files of that newest checkpoint lose their read permission (mode
+000), and the run is restarted: a real EACCES (as root, the restart runs under
+`setpriv` without the capabilities that let root read anything). It must stop
+with exit status 1 and one line naming the step, the file and the cause, set
+nothing aside and move nothing. With the permissions given back and restarted
+once more, it must resume from that newest step and finish identical to the
+unkilled run.
 """
 
 from __future__ import annotations
@@ -56,20 +57,6 @@ DETERMINISTIC = ("train_loss", "train_nll", "train_accuracy", "train_perplexity"
                  "eval_perplexity")
 EVERY = 5
 STEP_LINE = re.compile(r"\bstep (\d+):")
-# Runs argv[2:] (the script and its flags) with every read of checkpoint step argv[1]
-# failing as a flaky file system fails.
-UNREADABLE_DRIVER = """
-import errno, pathlib, runpy, sys
-import orbax.checkpoint as ocp
-step, restore = sys.argv[1], ocp.StandardCheckpointHandler.restore
-def unreadable(handler, directory, *args, **kwargs):
-  if pathlib.Path(directory).parent.name == step:
-    raise OSError(errno.EIO, "Input/output error", str(directory))
-  return restore(handler, directory, *args, **kwargs)
-ocp.StandardCheckpointHandler.restore = unreadable
-sys.argv = sys.argv[2:]
-runpy.run_path(sys.argv[0], run_name="__main__")
-"""
 
 
 def write_corpus(directory: pathlib.Path) -> dict:
@@ -221,12 +208,23 @@ def unreadable_newest(cmd, env, workdir: pathlib.Path, reference: dict) -> dict:
   first.process.wait()
   before = checkpoint_names(workdir)
   newest = max(int(n) for n in before if n.isdigit())
-  faulted = Incarnation([cmd[0], "-c", UNREADABLE_DRIVER, str(newest), *cmd[1:]], env, logs[1])
+  arrays = [p for p in (workdir / "checkpoints" / str(newest)).rglob("*")
+            if p.is_file() and p.parent.name == "d"]
+  modes = {p: p.stat().st_mode for p in arrays}
+  for path in arrays:
+    path.chmod(0)
+  # Root reads any file: the restart runs without the capabilities that allow it.
+  no_override = (["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+                 if os.geteuid() == 0 else [])
+  faulted = Incarnation(no_override + cmd, env, logs[1])
   faulted_rc = faulted.process.wait(timeout=900)
   faulted_s = time.monotonic() - faulted.started
+  after_fault = checkpoint_names(workdir)
+  for path, mode in modes.items():
+    if path.exists():
+      path.chmod(mode)
   text = logs[1].read_text(errors="replace")
   errors = [line for line in text.splitlines() if line.startswith("error:")]
-  after_fault = checkpoint_names(workdir)
   healed = Incarnation(cmd, env, logs[2])
   healed_rc = healed.process.wait(timeout=900)
   resumed = re.findall(r"Resumed from step (\d+)", logs[2].read_text(errors="replace"))
@@ -244,7 +242,8 @@ def unreadable_newest(cmd, env, workdir: pathlib.Path, reference: dict) -> dict:
     if logged != {s: reference.get(s) for s in logged}:
       problems.append("metrics differ from the reference")
     problems += same_final(workdir.parent / "reference", workdir)
-  return {"newest": newest, "attempts": text.count("Could not read checkpoint step") + 1,
+  return {"newest": newest, "files": len(arrays),
+          "attempts": text.count("Could not read checkpoint step") + 1,
           "faulted_s": faulted_s, "faulted_rc": faulted_rc, "message": errors[:1],
           "set_aside": [n for n in checkpoint_names(workdir) if "corrupt" in n],
           "before": before, "after_fault": after_fault, "resumed": resumed,
@@ -354,7 +353,8 @@ def main() -> None:
     workdir = base / "unreadable"
     result = unreadable_newest(command(workdir, files, args.steps), env, workdir, reference)
     results.append(result)
-    print(f"unreadable newest checkpoint (step {result['newest']}, EIO on every read): the "
+    print(f"unreadable newest checkpoint (step {result['newest']}, its {result['files']} "
+          "array files without read permission): the "
           f"restart stopped after {result['attempts']} attempts in {result['faulted_s']:.0f} s "
           f"with exit status {result['faulted_rc']}: {result['message']}; checkpoints "
           f"{result['before']} before, {result['after_fault']} after, set aside: "

@@ -143,7 +143,12 @@ def _set_aside(path: pathlib.Path) -> pathlib.Path:
 
 
 def _describe(error: BaseException) -> str:
-  return f"{type(error).__name__}: {str(error).splitlines()[0][:300] if str(error) else ''}"
+  """One line: the type and the message, without tensorstore's spec, its ends if too long."""
+  text = str(error).splitlines()[0] if str(error) else ""
+  text = re.sub(r"\s*\[tensorstore_spec='[^']*'\]", "", text)
+  if len(text) > 300:  # the cause (e.g. "Permission denied") is at the end
+    text = f"{text[:80]} ... {text[-200:]}"
+  return f"{type(error).__name__}: {text}"
 
 
 # --- Telling damaged files from a failed read ----------------------------------------

@@ -426,6 +426,49 @@ def test_a_failed_read_is_retried_then_stops_and_moves_nothing(tmp_path, monkeyp
   assert extras == {"data": {"position": 6}}
 
 
+# Restores argv[1] (a state {"w": float32[3]}) with one attempt; prints the outcome.
+_RESTORE = """
+import sys, jax
+from t2t_jax import checkpoint, configs
+cfg = configs.get_config("demo", checkpoint_every_steps=None, checkpoint_every_minutes=None)
+with checkpoint.Checkpointer(sys.argv[1], cfg, retry_delays_s=(0,)) as ckpt:
+  try:
+    print("restored step", ckpt.restore_latest({"w": jax.ShapeDtypeStruct((3,), "float32")}
+                                               )[1]["step"])
+  except checkpoint.CheckpointUnreadableError as e:
+    print("stopped:", e)
+"""
+
+
+def test_a_file_without_read_permission_stops_the_restore_and_moves_nothing(tmp_path):
+  """A real EACCES from tensorstore (root reads anything: it runs without that capability)."""
+  no_override = []
+  if os.geteuid() == 0:
+    if shutil.which("setpriv") is None:
+      pytest.skip("running as root without setpriv: file permissions cannot stop a read")
+    no_override = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
+  with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:
+    for step in (2, 4):
+      ckpt.maybe_save(step, {"w": np.full(3, step, np.float32)}, {"step": step}, force=True)
+  files = [p for p in (tmp_path / "checkpoints" / "4").rglob("*") if p.is_file()
+           and p.parent.name == "d"]
+  for path in files:
+    path.chmod(0)
+  result = subprocess.run([*no_override, sys.executable, "-c", _RESTORE, str(tmp_path)],
+                          cwd=pathlib.Path(__file__).parents[1], capture_output=True,
+                          text=True, check=False)
+  for path in files:
+    if path.exists():  # not if the step was (wrongly) set aside
+      path.chmod(0o644)
+  lines = [l for l in result.stdout.splitlines() if l.startswith(("stopped", "restored"))]
+  assert len(lines) == 1 and lines[0].startswith(
+      "stopped: could not read checkpoint step 4 ("), result.stdout + result.stderr[-2000:]
+  assert "Permission denied" in lines[0] and "nothing was moved" in lines[0]
+  assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "4"]
+  with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:  # readable again: step 4 restores
+    assert ckpt.restore_latest({"w": np.zeros(3, np.float32)})[1] == {"step": 4}
+
+
 def test_a_read_that_fails_once_is_retried_and_restores_the_newest(tmp_path, monkeypatch):
   _save_steps(tmp_path, [2, 4])
   fault = _Unreadable(monkeypatch, 4, _eio(tmp_path), times=1)
