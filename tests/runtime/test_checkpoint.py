@@ -248,7 +248,7 @@ def test_restores_on_a_different_device_count(tmp_path):
   script = textwrap.dedent(f"""
       import jax, numpy as np
       assert jax.device_count() == 1, jax.device_count()
-      sys_path = {str(pathlib.Path(__file__).parents[1])!r}
+      sys_path = {str(pathlib.Path(__file__).parent)!r}
       import sys; sys.path.insert(0, sys_path)
       from test_checkpoint import _state, _CFG
       from t2t_jax.runtime import checkpoint
@@ -429,7 +429,8 @@ def test_a_failed_read_is_retried_then_stops_and_moves_nothing(tmp_path, monkeyp
 # Restores argv[1] (a state {"w": float32[3]}) with one attempt; prints the outcome.
 _RESTORE = """
 import sys, jax
-from t2t_jax import checkpoint, configs
+from t2t_jax import configs
+from t2t_jax.runtime import checkpoint
 cfg = configs.get_config("demo", checkpoint_every_steps=None, checkpoint_every_minutes=None)
 with checkpoint.Checkpointer(sys.argv[1], cfg, retry_delays_s=(0,)) as ckpt:
   try:
@@ -455,7 +456,7 @@ def test_a_file_without_read_permission_stops_the_restore_and_moves_nothing(tmp_
   for path in files:
     path.chmod(0)
   result = subprocess.run([*no_override, sys.executable, "-c", _RESTORE, str(tmp_path)],
-                          cwd=pathlib.Path(__file__).parents[1], capture_output=True,
+                          cwd=pathlib.Path(__file__).parents[2], capture_output=True,
                           text=True, check=False)
   for path in files:
     if path.exists():  # not if the step was (wrongly) set aside
