@@ -137,10 +137,11 @@ def test_bad_process_settings_fail_with_the_value():
 # alone meets when it reads step 6: "unreadable" (EIO, every attempt) or "damaged".
 _RESTORE_DRIVER = """
 import errno, pathlib, sys
-from t2t_jax import multihost
+from t2t_jax.runtime import multihost
 multihost.initialize()
 import jax, orbax.checkpoint as ocp
-from t2t_jax import checkpoint, configs
+from t2t_jax import configs
+from t2t_jax.runtime import checkpoint
 workdir, fault = pathlib.Path(sys.argv[1]), sys.argv[2]
 if jax.process_index() == 1:
   restore = ocp.StandardCheckpointHandler.restore
@@ -166,7 +167,8 @@ print("done", flush=True)
 
 @pytest.mark.parametrize("fault", ["unreadable", "damaged"])
 def test_processes_restore_the_same_step_when_only_one_fails_to_read_it(tmp_path, fault):
-  from t2t_jax import checkpoint, configs  # pylint: disable=g-import-not-at-top
+  from t2t_jax import configs  # pylint: disable=g-import-not-at-top
+  from t2t_jax.runtime import checkpoint  # pylint: disable=g-import-not-at-top
   cfg = configs.get_config("demo", checkpoint_every_steps=None, checkpoint_every_minutes=None)
   with checkpoint.Checkpointer(tmp_path, cfg) as ckpt:
     for step in (2, 4, 6):
