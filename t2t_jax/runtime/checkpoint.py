@@ -20,15 +20,12 @@ The console script `t2t-average-checkpoints` is cli/average.py.
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import dataclasses
-import errno
 import json
 import logging
 import os
 import pathlib
-import re
 import time
 import warnings
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -40,6 +37,8 @@ from orbax.checkpoint import checkpoint_managers
 
 from t2t_jax import configs
 from t2t_jax.runtime import multihost
+from t2t_jax.runtime.read_failures import (DAMAGED, INCOMPATIBLE, UNREADABLE, classify, culprit,
+                                           describe)
 
 CHECKPOINT_DIR = "checkpoints"
 AVERAGED_DIR = "averaged"
@@ -140,78 +139,6 @@ def _set_aside(path: pathlib.Path) -> pathlib.Path:
     n += 1
   os.replace(path, target)
   return target
-
-
-def _describe(error: BaseException) -> str:
-  """One line: the type and the message, without tensorstore's spec, its ends if too long."""
-  text = str(error).splitlines()[0] if str(error) else ""
-  text = re.sub(r"\s*\[tensorstore_spec='[^']*'\]", "", text)
-  if len(text) > 300:  # the cause (e.g. "Permission denied") is at the end
-    text = f"{text[:80]} ... {text[-200:]}"
-  return f"{type(error).__name__}: {text}"
-
-
-# --- Telling damaged files from a failed read ----------------------------------------
-# What one attempt to restore a step found.
-DAMAGED = "damaged"  # the files are wrong or missing: set the step aside, use an older one
-UNREADABLE = "unreadable"  # reading failed now (I/O, permissions, memory): retry, then stop
-INCOMPATIBLE = "incompatible"  # anything else, e.g. the state's structure or shapes changed
-
-# tensorstore, which reads orbax's arrays, raises ValueError with the absl status code
-# first. These codes describe the bytes on disk (missing, short, undecodable) ...
-_DAMAGE_CODES = ("DATA_LOSS", "NOT_FOUND", "OUT_OF_RANGE")
-# ... and these a read that failed now (EACCES, EIO, EAGAIN, timeouts, ENOMEM, ENOSPC).
-_TROUBLE_CODES = ("PERMISSION_DENIED", "UNAVAILABLE", "DEADLINE_EXCEEDED",
-                  "RESOURCE_EXHAUSTED", "ABORTED", "CANCELLED")
-_STATUS = re.compile(r"\b(" + "|".join(_DAMAGE_CODES + _TROUBLE_CODES) + r"): ")
-_FILE = re.compile(r'local file "([^"]+)"')
-_OS_ERROR = re.compile(r"os_error_code='(\d+)'")  # tensorstore's errno, where it has one
-_MISSING = (errno.ENOENT, errno.ENOTDIR)
-
-
-def _chain(error: BaseException) -> Iterator[BaseException]:
-  while error is not None:
-    yield error
-    error = error.__cause__ or error.__context__
-
-
-def classify(error: BaseException) -> str:
-  """DAMAGED, UNREADABLE or INCOMPATIBLE (see above) for an error raised by a restore.
-
-  Only evidence about the files counts as damage: a missing file (ENOENT), an
-  undecodable JSON metadata file, a missing item, tensorstore's DATA_LOSS,
-  NOT_FOUND or OUT_OF_RANGE (a truncated array file). Any other OSError (also
-  one tensorstore reports with its errno), a MemoryError or a timeout is
-  UNREADABLE: retried, never set aside.
-  """
-  for e in _chain(error):
-    if isinstance(e, (MemoryError, TimeoutError, concurrent.futures.TimeoutError)):
-      return UNREADABLE
-    if isinstance(e, OSError):
-      missing = isinstance(e, (FileNotFoundError, NotADirectoryError)) or e.errno in _MISSING
-      return DAMAGED if missing else UNREADABLE
-    if isinstance(e, json.JSONDecodeError):
-      return DAMAGED
-    if isinstance(e, KeyError) and "was not found in the checkpoint" in str(e):
-      return DAMAGED  # orbax: an item directory (e.g. `meta`) is missing
-    os_error = _OS_ERROR.search(str(e))
-    if isinstance(e, ValueError) and os_error:
-      return DAMAGED if int(os_error.group(1)) in _MISSING else UNREADABLE
-    status = _STATUS.search(str(e))
-    if isinstance(e, ValueError) and status:
-      return DAMAGED if status.group(1) in _DAMAGE_CODES else UNREADABLE
-  return INCOMPATIBLE
-
-
-def _culprit(error: BaseException, step_dir: pathlib.Path) -> str:
-  """The file an error names (the most specific one tensorstore mentions), else `step_dir`."""
-  for e in _chain(error):
-    if isinstance(e, OSError) and e.filename:
-      return str(e.filename)
-    files = _FILE.findall(str(e))
-    if files:
-      return files[-1]
-  return str(step_dir)
 
 
 @dataclasses.dataclass(frozen=True)
@@ -398,10 +325,10 @@ class Checkpointer:
         if kind == UNREADABLE and attempt <= len(self._retry_delays_s):
           delay = self._retry_delays_s[attempt - 1]
           log.warning("Could not read checkpoint step %d (%s); trying again in %.0f s",
-                      step, _describe(e), delay)
+                      step, describe(e), delay)
           self._sleep(delay)
           continue
-        return None, _Failure(kind, _culprit(e, step_dir), _describe(e), attempt)
+        return None, _Failure(kind, culprit(e, step_dir), describe(e), attempt)
 
   def restore_latest(self, target_state: PyTree) -> Optional[tuple[PyTree, dict]]:
     """The newest checkpoint that restores, as (state, extras); None when there is none.
@@ -513,7 +440,7 @@ def _unless_damaged(error: Exception, what: str) -> None:
   kind = classify(error)
   if kind == UNREADABLE:
     raise CheckpointUnreadableError(
-        f"could not read {what} ({_describe(error)}); nothing was skipped. Fix the file "
+        f"could not read {what} ({describe(error)}); nothing was skipped. Fix the file "
         "system or free memory, then run the same command again") from error
   if kind != DAMAGED:
     raise error
@@ -527,7 +454,7 @@ def _newest_loadable(manager, directory: pathlib.Path, steps: Sequence[int]):
     except Exception as e:  # pylint: disable=broad-except  (_unless_damaged decides)
       _unless_damaged(e, f"checkpoint step {step} at {directory / str(step)}")
       warnings.warn(f"skipping checkpoint step {step} at {directory / str(step)} "
-                    f"({_describe(e)})", CheckpointWarning, stacklevel=3)
+                    f"({describe(e)})", CheckpointWarning, stacklevel=3)
       continue
     yield step, params
 
@@ -614,7 +541,7 @@ def load_params(workdir: str | os.PathLike, averaged: bool = True) -> PyTree:
     except Exception as e:  # pylint: disable=broad-except  (_unless_damaged decides)
       _unless_damaged(e, f"the averaged params in {workdir / AVERAGED_DIR}")
       warnings.warn(f"cannot load the averaged params in {workdir / AVERAGED_DIR} "
-                    f"({_describe(e)}); using the latest checkpoint", CheckpointWarning,
+                    f"({describe(e)}); using the latest checkpoint", CheckpointWarning,
                     stacklevel=2)
     else:
       log.info("Loaded the average of steps %s from %s", info["averaged_steps"],

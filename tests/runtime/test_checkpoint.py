@@ -1,7 +1,6 @@
 """runtime/checkpoint.py: round trips, intervals, corrupt checkpoints, averaging against NumPy."""
 
 import errno
-import json
 import logging
 import os
 import pathlib
@@ -479,32 +478,3 @@ def test_a_read_that_fails_once_is_retried_and_restores_the_newest(tmp_path, mon
   _assert_trees_equal(state, jax.device_get(_state(4)))
   assert fault.reads == 1
   assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "4"]
-
-
-@pytest.mark.parametrize("error, kind", [
-    (FileNotFoundError(errno.ENOENT, "No such file"), checkpoint.DAMAGED),
-    (json.JSONDecodeError("Expecting value", "{", 1), checkpoint.DAMAGED),
-    (KeyError('Item "meta" was not found in the checkpoint. Available items: [\'state\']'),
-     checkpoint.DAMAGED),
-    (ValueError('DATA_LOSS: Error reading local file "/c/6/state/d/1": Error decoding b-tree'),
-     checkpoint.DAMAGED),
-    (ValueError('OUT_OF_RANGE: Error reading local file "/c/6/state/d/1": Requested byte'),
-     checkpoint.DAMAGED),
-    (ValueError("NOT_FOUND: Error reading local file \"/c/d/1\" [os_error_code='2']"),
-     checkpoint.DAMAGED),
-    (PermissionError(errno.EACCES, "Permission denied"), checkpoint.UNREADABLE),
-    (OSError(errno.ENOSPC, "No space left on device"), checkpoint.UNREADABLE),
-    (ValueError('PERMISSION_DENIED: Error opening local file "/c/6/state/d/1"'),
-     checkpoint.UNREADABLE),
-    (ValueError("RESOURCE_EXHAUSTED: Failed writing [os_error_code='28']"),
-     checkpoint.UNREADABLE),
-    (MemoryError(), checkpoint.UNREADABLE),
-    (ValueError("User-provided restore item and on-disk value metadata tree structures do "
-                "not match"), checkpoint.INCOMPATIBLE),
-    (KeyError("params"), checkpoint.INCOMPATIBLE),
-])
-def test_only_evidence_about_the_files_counts_as_damage(error, kind):
-  assert checkpoint.classify(error) == kind
-  wrapped = RuntimeError("orbax wrapped it")
-  wrapped.__cause__ = error
-  assert checkpoint.classify(wrapped) == kind
