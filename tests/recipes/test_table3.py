@@ -84,7 +84,7 @@ def test_row_selection_and_overrides(capsys):
 
 
 def test_param_counts_command_prints_every_row():
-  out = subprocess.run([sys.executable, str(ROOT / "experiments" / "recipes/table3.py"),
+  out = subprocess.run([sys.executable, str(ROOT / "experiments" / "table3.py"),
                         "--param_counts"], capture_output=True, text=True, check=True).stdout
   rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[2:]}
   assert list(rows) == ["base", *configs.TABLE3_ROWS, "big"]
