@@ -1,14 +1,18 @@
 """One typed config for every experiment, and the paper's named settings as data.
 
 `get_config(name, **overrides)` returns a frozen `TransformerConfig`. The names
-are the paper's: "base" and "big" (Table 3's first and last rows), Table 3's
-rows in order ("A1".."A4", "B1", "B2", "C1".."C7", "D1".."D4", "E"), "parsing"
-(section 6.3), plus "demo", a small model that trains on the generated corpus in
-minutes on a CPU.
+are the paper's: "base" and "big" (Table 3's first and last rows, on WMT14
+En-De), "base_enfr" and "big_enfr" (the same models on WMT14 En-Fr, big with
+P_drop 0.1 as section 6.1 says), Table 3's rows in order ("A1".."A4", "B1",
+"B2", "C1".."C7", "D1".."D4", "E"), "parsing" (section 6.3), plus "demo", a
+small model that trains on the generated corpus in minutes on a CPU.
 
 The config is flat on purpose: model, data, training, checkpointing and decoding
 fields live side by side so that `--config.<field>=<value>` (cli/flags.py) reaches any
-of them. The model reads only the model fields.
+of them. The model reads only the model fields. Each field carries its one-line
+meaning (`meaning(name)`, shown by `--help`); what it accepts is `accepts(name)`.
+The paper's reported figures (BLEU, perplexities, parameter counts) live in
+t2t_jax/recipes/paper.py.
 """
 
 from __future__ import annotations
@@ -19,86 +23,110 @@ import typing
 from typing import Any, Optional
 
 
+def _field(default: Any, meaning: str) -> Any:
+  """A config field with its one-line meaning, which `--help` shows (`meaning(name)`)."""
+  return dataclasses.field(default=default, metadata={"meaning": meaning})
+
+
 @dataclasses.dataclass(frozen=True)
 class TransformerConfig:
   """Every setting of one experiment. Defaults are the paper's base model."""
 
   # --- Model (section 3, Table 3 columns) ---
-  vocab_size: int = 37000          # shared source+target vocabulary; id 0 is padding
-  num_layers: int = 6              # N, in both the encoder and the decoder
-  d_model: int = 512
-  d_ff: int = 2048
-  num_heads: int = 8               # h
-  d_k: Optional[int] = None        # query/key depth per head; None: d_model // num_heads
-  d_v: Optional[int] = None        # value depth per head; None: d_model // num_heads
-  dropout_rate: float = 0.1        # P_drop: sub-layer outputs and embeddings + positions
-  # How those dropout masks are drawn (model/dropout.py): "hash" (an index hash that XLA
-  # fuses and the backward pass recomputes) or "threefry" (jax.random.bernoulli).
-  dropout_generator: str = "hash"
-  attention_dropout_rate: float = 0.0  # on attention probabilities (tuned for parsing)
-  positional_encoding: str = "sinusoidal"  # or "learned" (Table 3 row E)
-  max_len: int = 512               # longest position the model supports (learned table size)
-  share_embeddings: bool = True    # one matrix for source, target and pre-softmax
-  dtype: str = "float32"           # compute dtype: "float32" or "bfloat16"; params stay float32
-  attention_window: Optional[int] = None  # restricted self-attention radius r (Table 1); None: full
+  vocab_size: int = _field(37000, "shared source+target vocabulary size; id 0 is padding")
+  num_layers: int = _field(6, "N: layers in the encoder and in the decoder")
+  d_model: int = _field(512, "width of every layer's input and output (and the embeddings)")
+  d_ff: int = _field(2048, "inner width of the position-wise feed-forward layers")
+  num_heads: int = _field(8, "h: attention heads per attention layer")
+  d_k: Optional[int] = _field(None, "query/key depth per head; None: d_model // num_heads")
+  d_v: Optional[int] = _field(None, "value depth per head; None: d_model // num_heads")
+  dropout_rate: float = _field(
+      0.1, "P_drop: dropout on sub-layer outputs and on embeddings + positions")
+  # "hash" is an index hash that XLA fuses and the backward pass recomputes;
+  # "threefry" is jax.random.bernoulli (model/dropout.py).
+  dropout_generator: str = _field("hash", "how dropout masks are drawn: hash or threefry")
+  attention_dropout_rate: float = _field(
+      0.0, "dropout on attention probabilities (tuned for parsing)")
+  positional_encoding: str = _field(
+      "sinusoidal", "sinusoidal, or learned position embeddings (Table 3 row E)")
+  max_len: int = _field(512, "longest position the model supports (learned table size)")
+  share_embeddings: bool = _field(
+      True, "one matrix for the source and target embeddings and the pre-softmax projection")
+  dtype: str = _field("float32", "compute dtype: float32 or bfloat16; params stay float32")
+  attention_window: Optional[int] = _field(
+      None, "restricted self-attention radius r (Table 1); None: full attention")
   # "fused": layers.fused_attention (cuDNN flash attention on NVIDIA GPUs in bfloat16,
-  # layers.attention_core elsewhere) where it applies, the reference where it must (attention maps, attention
-  # dropout, windows, d_k != d_v); "reference": always layers.scaled_dot_product_attention.
-  attention_impl: str = "fused"
+  # layers.attention_core elsewhere) where it applies, the reference where it must
+  # (attention maps, attention dropout, windows, d_k != d_v).
+  attention_impl: str = _field(
+      "fused", "fused (a fused kernel where it applies) or reference "
+      "(always layers.scaled_dot_product_attention)")
 
   # --- Data (section 5.1) ---
-  dataset: str = "wmt14_translate/de-en"  # tfds name, "demo", or "text" (user files below)
-  source_lang: str = "en"
-  target_lang: str = "de"
-  data_dir: Optional[str] = None   # tfds data_dir; None: $TFDS_DATA_DIR or tfds's default
-  train_files: Optional[str] = None  # "text": "src_path,tgt_path" or a .tsv path
-  dev_files: Optional[str] = None
-  test_files: Optional[str] = None
-  vocab_type: str = "bpe"          # SentencePiece model type
-  vocab_sample_sentences: int = 2_000_000  # sentences sampled to train SentencePiece
-  max_source_length: int = 256     # longer training pairs are dropped (and counted)
-  max_target_length: int = 256
-  tokens_per_batch: int = 25000    # per side, per update, across all devices and micro-steps
-  # Per micro-step on one device; more means gradient accumulation. None: the most
-  # that fits in the device's memory with `memory_margin` to spare (train/memory.py).
-  max_tokens_per_device: Optional[int] = None
-  memory_margin: float = 0.1       # share of device memory the choice above leaves free
-  # Micro-steps per iteration of the accumulation loop (lax.scan's unroll). Above 1,
-  # XLA sees that many micro-steps side by side and runs their small operations at
-  # once (on a CPU they fill the cores one micro-step leaves idle), but their
-  # activations may all be live at once: the memory choice above sizes one.
-  unroll_micro_steps: int = 1
-  # Several sentence pairs per training row (segment ids keep them apart), rows as
-  # long as the longest bucket: almost no padding and one batch shape. Dev/test
-  # batches are never packed.
-  packing: bool = True
-  seed: int = 0
+  dataset: str = _field("wmt14_translate/de-en",
+                        "a tfds name, demo (generated corpus), or text (the *_files below)")
+  source_lang: str = _field("en", "source language code (of the tfds dataset)")
+  target_lang: str = _field("de", "target language code (of the tfds dataset)")
+  data_dir: Optional[str] = _field(
+      None, "tfds data_dir; None: $TFDS_DATA_DIR or tfds's default")
+  train_files: Optional[str] = _field(
+      None, "dataset=text: training pairs, 'src_path,tgt_path' or a .tsv path")
+  dev_files: Optional[str] = _field(
+      None, "dataset=text: dev pairs (dev loss), 'src_path,tgt_path' or a .tsv path")
+  test_files: Optional[str] = _field(
+      None, "dataset=text: test pairs (test BLEU; None: no test set)")
+  vocab_type: str = _field("bpe", "SentencePiece model type: bpe, unigram, char or word")
+  vocab_sample_sentences: int = _field(
+      2_000_000, "sentences sampled to train the SentencePiece vocabulary")
+  max_source_length: int = _field(
+      256, "training pairs with a longer source (in pieces) are dropped and counted")
+  max_target_length: int = _field(
+      256, "training pairs with a longer target (in pieces) are dropped and counted")
+  tokens_per_batch: int = _field(
+      25000, "tokens per side per update, across all devices and micro-steps")
+  # More than one micro-step per update means gradient accumulation.
+  max_tokens_per_device: Optional[int] = _field(
+      None, "tokens per micro-step on one device; None: the most that fits in its memory")
+  memory_margin: float = _field(
+      0.1, "share of device memory left free when max_tokens_per_device is None")
+  # Above 1, XLA sees that many micro-steps side by side and runs their small
+  # operations at once (on a CPU they fill the cores one micro-step leaves idle),
+  # but their activations may all be live at once: the memory choice above sizes one.
+  unroll_micro_steps: int = _field(
+      1, "micro-steps per iteration of the accumulation loop (lax.scan's unroll)")
+  # Rows as long as the longest bucket: almost no padding and one batch shape.
+  packing: bool = _field(
+      True, "several sentence pairs per training row (dev/test batches are never packed)")
+  seed: int = _field(0, "the one root of all randomness (init, dropout, batch order)")
 
   # --- Training (section 5.3, 5.4) ---
-  num_train_steps: int = 100_000
-  warmup_steps: int = 4000
-  learning_rate_scale: float = 1.0  # multiplies the paper's schedule
-  adam_b1: float = 0.9
-  adam_b2: float = 0.98
-  adam_eps: float = 1e-9
-  label_smoothing: float = 0.1     # eps_ls
-  log_every_steps: int = 100
-  eval_every_steps: int = 1000
-  num_eval_batches: Optional[int] = None  # None: the whole dev set
-  peak_tflops: Optional[float] = None  # per device, for MFU; None: looked up by device kind
-  parallelism: str = "pmap"        # how steps map over devices: "pmap" or "shard_map" (train/parallel.py)
-  compilation_cache: bool = True   # JAX's persistent compilation cache (t2t_jax/runtime/compile_cache.py)
+  num_train_steps: int = _field(100_000, "updates to train (may grow when resuming)")
+  warmup_steps: int = _field(4000, "steps of linear learning-rate warmup (section 5.3)")
+  learning_rate_scale: float = _field(1.0, "multiplies the paper's learning-rate schedule")
+  adam_b1: float = _field(0.9, "Adam beta1")
+  adam_b2: float = _field(0.98, "Adam beta2")
+  adam_eps: float = _field(1e-9, "Adam epsilon")
+  label_smoothing: float = _field(0.1, "eps_ls: label smoothing of the training loss")
+  log_every_steps: int = _field(100, "steps between training-metric lines")
+  eval_every_steps: int = _field(1000, "steps between dev-set evaluations")
+  num_eval_batches: Optional[int] = _field(None, "dev batches per evaluation; None: all")
+  peak_tflops: Optional[float] = _field(
+      None, "peak TFLOP/s per device, for MFU; None: looked up by device kind")
+  parallelism: str = _field(
+      "pmap", "how steps map over devices: pmap or shard_map (train/parallel.py)")
+  compilation_cache: bool = _field(True, "use JAX's persistent compilation cache")
 
   # --- Checkpoints (section 6.1) ---
-  checkpoint_every_steps: Optional[int] = None
-  checkpoint_every_minutes: Optional[float] = 10.0
-  average_last: int = 5            # checkpoints averaged for evaluation (big: 20)
+  checkpoint_every_steps: Optional[int] = _field(None, "save a checkpoint every this many steps")
+  checkpoint_every_minutes: Optional[float] = _field(
+      10.0, "save a checkpoint every this many minutes (section 6.1: 10)")
+  average_last: int = _field(5, "checkpoints averaged for evaluation (base 5, big 20)")
 
   # --- Decoding (section 6.1) ---
-  beam_size: int = 4
-  alpha: float = 0.6               # GNMT length penalty exponent
-  max_decode_extra: int = 50       # max output length = input length + this
-  decode_batch_size: int = 64      # sentences per decoding batch
+  beam_size: int = _field(4, "beam search width")
+  alpha: float = _field(0.6, "GNMT length penalty exponent")
+  max_decode_extra: int = _field(50, "max output length = input length + this")
+  decode_batch_size: int = _field(64, "sentences per decoding batch")
 
   @property
   def key_depth(self) -> int:
@@ -162,6 +190,7 @@ class ModelConfig:
 
 
 MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig))
+_FIELDS_BY_NAME = {f.name: f for f in dataclasses.fields(TransformerConfig)}
 
 
 # What each field accepts, in one place: (check, description). Types come from the
@@ -246,6 +275,11 @@ def _type_ok(kind: type, value: Any) -> bool:
   return isinstance(value, kind)
 
 
+def meaning(name: str) -> str:
+  """Field `name`'s one-line meaning (for --help)."""
+  return _FIELDS_BY_NAME[name].metadata["meaning"]
+
+
 def accepts(name: str) -> str:
   """What field `name` accepts, in words (for error messages)."""
   kind, optional = _base_type(typing.get_type_hints(TransformerConfig)[name])
@@ -311,13 +345,25 @@ TABLE3_ROWS: dict[str, dict[str, Any]] = {
     "E": dict(positional_encoding="learned"),
 }
 
+# Section 5.1: each language pair's data and shared vocabulary (byte-pair encoding,
+# about 37000 tokens, for En-De; 32000 word-pieces for En-Fr).
+WMT14_ENDE: dict[str, Any] = dict(dataset="wmt14_translate/de-en", source_lang="en",
+                                  target_lang="de", vocab_size=37000)
+WMT14_ENFR: dict[str, Any] = dict(dataset="wmt14_translate/fr-en", source_lang="en",
+                                  target_lang="fr", vocab_size=32000)
+
+# Big: Table 3's last row; 300k steps (section 5.2); average the last 20 checkpoints
+# (section 6.1). P_drop 0.3 on En-De (Table 3).
+_BIG = dict(d_model=1024, d_ff=4096, num_heads=16, dropout_rate=0.3,
+            num_train_steps=300_000, average_last=20)
+
 PRESETS: dict[str, dict[str, Any]] = {
-    "base": {},
+    "base": dict(WMT14_ENDE),
     **TABLE3_ROWS,
-    # Big: Table 3's last row; 300k steps; P_drop 0.3 for En-De (0.1 for En-Fr,
-    # set by experiments/wmt14_enfr.py); average the last 20 checkpoints.
-    "big": dict(d_model=1024, d_ff=4096, num_heads=16, dropout_rate=0.3,
-                num_train_steps=300_000, average_last=20),
+    "big": {**WMT14_ENDE, **_BIG},
+    "base_enfr": dict(WMT14_ENFR),
+    # Section 6.1: the big En-Fr model used P_drop = 0.1 instead of 0.3.
+    "big_enfr": {**WMT14_ENFR, **_BIG, "dropout_rate": 0.1},
     # Section 6.3: 4 layers, d_model 1024, otherwise base; WSJ-only vocabulary 16K;
     # decoding with beam 21, alpha 0.3, max length input + 300.
     "parsing": dict(num_layers=4, d_model=1024, vocab_size=16000, beam_size=21,
@@ -353,22 +399,6 @@ def to_dict(config: TransformerConfig) -> dict[str, Any]:
 
 
 # --- Parameter counts (Table 3's last column) ---
-
-# The paper's "params x 10^6" column; rows it leaves blank are absent.
-PAPER_PARAMS_M: dict[str, float] = {
-    "base": 65, "B1": 58, "B2": 60, "C1": 36, "C2": 50, "C3": 80, "C4": 28,
-    "C5": 168, "C6": 53, "C7": 90, "big": 213,
-}
-
-# Table 3's newstest2013 dev (perplexity per word-piece, BLEU); beam search, no averaging.
-PAPER_DEV: dict[str, tuple[float, float]] = {
-    "base": (4.92, 25.8), "A1": (5.29, 24.9), "A2": (5.00, 25.5), "A3": (4.91, 25.8),
-    "A4": (5.01, 25.4), "B1": (5.16, 25.1), "B2": (5.01, 25.4), "C1": (6.11, 23.7),
-    "C2": (5.19, 25.3), "C3": (4.88, 25.5), "C4": (5.75, 24.5), "C5": (4.66, 26.0),
-    "C6": (5.12, 25.4), "C7": (4.75, 26.2), "D1": (5.77, 24.6), "D2": (4.95, 25.5),
-    "D3": (4.67, 25.3), "D4": (5.47, 25.7), "E": (4.92, 25.7), "big": (4.33, 26.4),
-}
-
 
 def count_params(c: TransformerConfig) -> int:
   """Closed-form count of t2t_jax.model.transformer's parameters (equals `init_params`'s, tested).

@@ -9,7 +9,8 @@ import pytest
 
 from t2t_jax import configs
 from t2t_jax.cli import flags as cli
-from t2t_jax.configs import PAPER_PARAMS_M, count_params, get_config
+from t2t_jax.configs import count_params, get_config
+from t2t_jax.recipes import paper
 
 
 def _real_count(cfg):
@@ -40,11 +41,11 @@ def test_count_params_equals_the_real_model_for_every_preset():
 
 
 def test_table3_counts_within_7_percent_of_the_paper():
-  assert set(PAPER_PARAMS_M) == {"base", "B1", "B2", "C1", "C2", "C3", "C4", "C5", "C6", "C7",
+  assert set(paper.PARAMS_M) == {"base", "B1", "B2", "C1", "C2", "C3", "C4", "C5", "C6", "C7",
                                  "big"}
-  for name, paper in PAPER_PARAMS_M.items():
+  for name, theirs in paper.PARAMS_M.items():
     ours = count_params(get_config(name, vocab_size=37000)) / 1e6
-    assert abs(ours - paper) / paper < 0.07, (name, ours, paper)
+    assert abs(ours - theirs) / theirs < 0.07, (name, ours, theirs)
 
 
 def test_count_params_by_hand_for_base():
@@ -179,3 +180,57 @@ def test_model_config_holds_the_model_fields_only():
   assert cfg.replace(eval_every_steps=7, beam_size=2, seed=3).model == cfg.model
   # ...a model field does not.
   assert cfg.replace(d_ff=64).model != cfg.model
+
+
+def _as_paper_states(cfg, names):
+  """`cfg`'s values of the paper's settings `names` (d_k, d_v as the depths they resolve to)."""
+  depth = {"d_k": cfg.key_depth, "d_v": cfg.value_depth}
+  return {name: depth.get(name, getattr(cfg, name, None)) for name in names}
+
+
+@pytest.mark.parametrize("name", ["base", "big", "base_enfr", "big_enfr"])
+def test_wmt14_presets_hold_the_papers_settings(name):
+  # Sections 5 and 6: model sizes, steps, Adam, warmup, label smoothing, dropout (big En-De
+  # 0.3, big En-Fr 0.1), vocabulary, batch tokens, beam 4, alpha 0.6, input + 50, and the
+  # last 5 (big: 20) checkpoints written every 10 minutes averaged.
+  cfg, want = get_config(name), paper.settings(name)
+  assert _as_paper_states(cfg, want) == want
+  assert cfg.checkpoint_every_steps is None           # by time only, as the paper
+  assert cfg.dataset == f"wmt14_translate/{want['target_lang']}-en" and cfg.source_lang == "en"
+
+
+def test_the_papers_settings_as_stated():
+  # The figures themselves, as the paper prints them (paper.py must not drift either).
+  assert paper.settings("base") == {
+      "num_layers": 6, "d_model": 512, "d_ff": 2048, "num_heads": 8, "d_k": 64, "d_v": 64,
+      "dropout_rate": 0.1, "label_smoothing": 0.1, "num_train_steps": 100_000,
+      "positional_encoding": "sinusoidal", "adam_b1": 0.9, "adam_b2": 0.98, "adam_eps": 1e-9,
+      "warmup_steps": 4000, "beam_size": 4, "alpha": 0.6, "max_decode_extra": 50,
+      "vocab_size": 37000, "target_lang": "de", "tokens_per_batch": 25000,
+      "checkpoint_every_minutes": 10, "average_last": 5}
+  big = paper.settings("big")
+  assert (big["num_layers"], big["d_model"], big["d_ff"], big["num_heads"]) == (6, 1024, 4096, 16)
+  assert (big["dropout_rate"], big["num_train_steps"], big["average_last"]) == (0.3, 300_000, 20)
+  assert paper.settings("big_enfr")["dropout_rate"] == 0.1
+  assert paper.settings("base_enfr")["vocab_size"] == 32000
+
+
+@pytest.mark.parametrize("row", list(paper.TABLE3))
+def test_table3_presets_are_the_papers_rows(row):
+  want = paper.table3_settings(row)
+  cfg = get_config(row)
+  assert _as_paper_states(cfg, want) == want
+  # The columns Table 3 leaves alone stay the base model's.
+  base = get_config("base")
+  assert (cfg.warmup_steps, cfg.beam_size, cfg.alpha, cfg.vocab_size) == (
+      base.warmup_steps, base.beam_size, base.alpha, base.vocab_size)
+
+
+def test_parsing_preset_holds_section_6_3():
+  assert _as_paper_states(get_config("parsing"), paper.PARSING) == paper.PARSING
+
+
+def test_every_field_has_a_one_line_meaning():
+  for name in _FIELDS:
+    text = configs.meaning(name)
+    assert text and "\n" not in text and len(text) < 100, (name, text)

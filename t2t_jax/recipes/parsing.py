@@ -38,6 +38,7 @@ from typing import Any, Optional, Sequence
 from t2t_jax import configs
 from t2t_jax.cli import flags as cli
 from t2t_jax.recipes import experiment
+from t2t_jax.recipes import paper
 from t2t_jax.recipes import treebank as parsing
 from t2t_jax.runtime import workdir as workdir_lib
 
@@ -114,7 +115,7 @@ def run(cfg: configs.TransformerConfig, workdir: str | os.PathLike,
   (workdir / "test.trees").write_text(
       "".join(parsing.to_string(t) + "\n" for t in predicted), encoding="utf-8")
   out = {"test": scores, "trees": {split: len(t) for split, t in trees.items()},
-         "paper_f1_wsj_only": 91.3, "train": results.get("train")}
+         "paper_f1_wsj_only": paper.PARSING_F1["wsj_only"], "train": results.get("train")}
   workdir_lib.write_json_atomic(workdir / "parsing_results.json", out)
   return out
 
@@ -122,7 +123,7 @@ def run(cfg: configs.TransformerConfig, workdir: str | os.PathLike,
 @cli.command
 def main(argv: Optional[Sequence[str]] = None,
          prog: str = "python -m t2t_jax.recipes.parsing") -> dict[str, Any]:
-  parser = cli.parser(prog, __doc__, config="parsing")
+  parser = cli.parser(prog, __doc__, config="parsing", defaults=SCRIPT_DEFAULTS)
   parser.add_argument("--workdir", default="runs/parsing", help="where the run lives")
   parser.add_argument("--treebank_dir", help="your Penn Treebank (see above)")
   for split in SPLITS:
@@ -140,7 +141,7 @@ def main(argv: Optional[Sequence[str]] = None,
   test = out["test"]
   print(f"Section-23-style test set: labelled F1 {test['f1']:.2f} (precision "
         f"{test['precision']:.2f}, recall {test['recall']:.2f}, {test['sentences']} sentences); "
-        f"paper, WSJ only: 91.3")
+        f"paper, WSJ only: {paper.PARSING_F1['wsj_only']}")
   print(json.dumps(test, indent=2))
   return out
 

@@ -41,6 +41,7 @@ from t2t_jax import configs
 from t2t_jax.cli import flags as cli
 from t2t_jax.data import dataset as data
 from t2t_jax.inference import bleu as evaluate
+from t2t_jax.recipes import paper
 from t2t_jax.runtime import checkpoint
 from t2t_jax.runtime import workdir as workdir_lib
 from t2t_jax.train import trainer as train
@@ -125,11 +126,11 @@ def run_row(row: str, cfg: configs.TransformerConfig, workdir: pathlib.Path) -> 
   params = checkpoint.load_params(row_dir, averaged=False)  # Table 3: no averaging
   bleu = evaluate.decode_and_score(cfg, params, ds.tokenizer, ds.dev_sources(),
                                    ds.dev_references(), row_dir / "dev.hyp")
-  paper_ppl, paper_bleu = configs.PAPER_DEV[row]
+  paper_ppl, paper_bleu = paper.DEV[row]
   result = {
       "row": row, "change": describe_row(row), "steps": summary["final_step"],
       "params_m": configs.count_params(cfg) / 1e6,
-      "paper_params_m": configs.PAPER_PARAMS_M.get(row),
+      "paper_params_m": paper.PARAMS_M.get(row),
       "dev_perplexity": summary["dev_perplexity"], "paper_dev_perplexity": paper_ppl,
       "dev_bleu": bleu["paper"]["score"], "paper_dev_bleu": paper_bleu,
       "dev_sacrebleu": bleu["sacrebleu"]["score"],
@@ -178,11 +179,11 @@ def param_counts(vocab_size: int = 37000) -> str:
   lines = [f"{'row':<5} {'ours (M)':>9} {'paper (M)':>10} {'diff':>7}"]
   for name in ROWS:
     ours = configs.count_params(configs.get_config(name, vocab_size=vocab_size)) / 1e6
-    paper = configs.PAPER_PARAMS_M.get(name)
-    if paper is None:
+    theirs = paper.PARAMS_M.get(name)
+    if theirs is None:
       lines.append(f"{name:<5} {ours:>9.1f} {'-':>10} {'-':>7}")
     else:
-      lines.append(f"{name:<5} {ours:>9.1f} {paper:>10.0f} {(ours - paper) / paper:>+7.1%}")
+      lines.append(f"{name:<5} {ours:>9.1f} {theirs:>10.0f} {(ours - theirs) / theirs:>+7.1%}")
   return "\n".join(lines)
 
 

@@ -8,7 +8,8 @@ import sys
 import pytest
 
 from t2t_jax import configs
-from t2t_jax.configs import PAPER_PARAMS_M, count_params, get_config
+from t2t_jax.configs import count_params, get_config
+from t2t_jax.recipes import paper
 from t2t_jax.data import demo
 from t2t_jax.recipes import table3
 
@@ -38,7 +39,7 @@ def test_two_rows_on_demo_data(tmp_path):
                                                      .read_text()))
     assert r["steps"] == 1
     assert r["params_m"] == pytest.approx(configs.count_params(row_cfg) / 1e6)
-    assert (r["paper_dev_perplexity"], r["paper_dev_bleu"]) == configs.PAPER_DEV[r["row"]]
+    assert (r["paper_dev_perplexity"], r["paper_dev_bleu"]) == paper.DEV[r["row"]]
     assert r["dev_perplexity"] > 1.0
     assert 0.0 <= r["dev_bleu"] <= 100.0
     assert len((tmp_path / r["row"] / "dev.hyp").read_text().splitlines()) == 8
@@ -88,9 +89,9 @@ def test_param_counts_command_prints_every_row():
                         "--param_counts"], capture_output=True, text=True, check=True).stdout
   rows = {line.split()[0]: line.split()[1:] for line in out.splitlines()[2:]}
   assert list(rows) == ["base", *configs.TABLE3_ROWS, "big"]
-  for name, paper in PAPER_PARAMS_M.items():
+  for name, theirs in paper.PARAMS_M.items():
     ours, paper_text, diff = rows[name]
-    assert float(paper_text) == paper
+    assert float(paper_text) == theirs
     assert float(ours) == pytest.approx(count_params(get_config(name)) / 1e6, abs=0.05)
     assert abs(float(diff.rstrip("%"))) < 7
   assert rows["A1"][1] == "-"
