@@ -29,6 +29,7 @@ setuptools.setup(
                     for extra in ("notebook", "test", "export")},
     entry_points={
         "console_scripts": [
+            "t2t-train=t2t_jax.cli.train:main",
             "t2t-translate=t2t_jax.cli.translate:main",
             "t2t-average-checkpoints=t2t_jax.cli.average:main",
             "t2t-export=t2t_jax.cli.export:main",

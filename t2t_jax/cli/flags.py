@@ -7,10 +7,14 @@
     cfg = cli.parse_config(["--config=demo", "--config.d_model=64"])   # config flags alone
 
 `--config=<preset>` names a preset of configs.py and `--config.<field>=<value>`
-sets any field of `TransformerConfig`, typed by the field's annotation. A
-mistake in the command line (an unknown flag, preset or field, a value of the
-wrong type) ends the command with one line naming the flag and what it
-accepts, and exit status 2.
+sets any field of `TransformerConfig`, typed by the field's annotation; `--help`
+shows each field's meaning, what it accepts and its value in the preset chosen
+on that command line. A mistake in the command line (an unknown flag, preset or
+field, a value of the wrong type) ends the command with one line naming the flag
+and what it accepts (with a did-you-mean for a misspelt flag), and exit status 2.
+
+Every parser also has `--version`, `--log_level` and `--quiet` (the level is
+applied when the arguments are parsed; `@cli.command` has set up INFO before).
 
 `@cli.command` wraps a script's `main(argv)`: it sets up logging, and turns the
 ordinary exceptions library code raises on bad input or a failed run
@@ -39,6 +43,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import jax
 
+import t2t_jax
 from t2t_jax import configs
 from t2t_jax.runtime import multihost
 from t2t_jax.runtime import preemption
@@ -46,15 +51,25 @@ from t2t_jax.runtime import preemption
 _FIELDS = {f.name: f for f in dataclasses.fields(configs.TransformerConfig)}
 _HINTS = typing.get_type_hints(configs.TransformerConfig)
 _PREFIX = "config."
+LOG_LEVELS = ("debug", "info", "warning", "error")
 # What a command reports in one line; other exceptions are bugs and keep their traceback.
 USER_ERRORS = (OSError, ValueError, FloatingPointError, RuntimeError)
 
 
 class _Parser(argparse.ArgumentParser):
-  """argparse with one-line errors and a clear message for unknown config fields."""
+  """argparse with one-line errors, did-you-mean suggestions and the preset's values in --help."""
+
+  preset: Optional[str] = None              # the default --config
+  preset_defaults: dict[str, Any] = {}      # the script's defaults on top of the preset
 
   def error(self, message: str) -> typing.NoReturn:
     self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+  def parse_known_args(self, args: Optional[Sequence[str]] = None,
+                       namespace: Optional[argparse.Namespace] = None):
+    args = list(sys.argv[1:] if args is None else args)
+    self._shown = _given_preset(args) or self.preset  # whose values --help shows
+    return super().parse_known_args(args, namespace)
 
   def parse_args(self, args: Optional[Sequence[str]] = None,
                  namespace: Optional[argparse.Namespace] = None) -> argparse.Namespace:
@@ -66,8 +81,59 @@ class _Parser(argparse.ArgumentParser):
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         self.error(f"unknown config field {name!r}{hint}; the fields are in t2t_jax/configs.py")
     if rest:
-      self.error(f"unrecognized arguments: {' '.join(rest)}")
+      self.error(f"unrecognized arguments: {' '.join(rest)}{self._suggestion(rest[0])}")
+    _apply_log_level(parsed)
     return parsed
+
+  def _suggestion(self, arg: str) -> str:
+    if not arg.startswith("--"):
+      return ""
+    flag = arg.partition("=")[0]
+    options = [o for o in self._option_string_actions if o.startswith("--")
+               and not o.startswith("--" + _PREFIX)]
+    close = difflib.get_close_matches(flag.replace("-", "_")[:2].replace("_", "-")
+                                      + flag[2:].replace("-", "_"), options, n=1, cutoff=0.7)
+    return f" (did you mean {close[0]}?)" if close else ""
+
+  def format_help(self) -> str:
+    shown = getattr(self, "_shown", None) or self.preset
+    values = configs.get_config(shown, **self.preset_defaults) if shown else None
+    for action in self._actions:
+      if action.dest.startswith(_PREFIX):
+        name = action.dest[len(_PREFIX):]
+        text = f"{configs.meaning(name)}; accepts {configs.accepts(name)}"
+        if values is not None:
+          text += f" [{shown}: {getattr(values, name)!r}]"
+        action.help = text.replace("%", "%%")
+    return super().format_help()
+
+
+class _Formatter(argparse.RawDescriptionHelpFormatter):
+  """The usage line names the config fields once, not each of them."""
+
+  def _format_usage(self, usage, actions, groups, prefix):
+    kept = [a for a in actions if not a.dest.startswith(_PREFIX)]
+    text = super()._format_usage(usage, kept, groups, prefix)
+    if len(kept) < len(actions):
+      text = text.rstrip("\n") + " [--config.<field>=VALUE ...]\n\n"
+    return text
+
+
+def _given_preset(args: Sequence[str]) -> Optional[str]:
+  """The --config=<preset> of a command line (the last one given), if any."""
+  given = None
+  for i, arg in enumerate(args):
+    if arg.startswith("--config="):
+      given = arg.partition("=")[2]
+    elif arg == "--config" and i + 1 < len(args):
+      given = args[i + 1]
+  return given if given in configs.PRESETS else None
+
+
+def _apply_log_level(args: argparse.Namespace) -> None:
+  level = "warning" if getattr(args, "quiet", False) else getattr(args, "log_level", None)
+  if level is not None:
+    logging.getLogger().setLevel(level.upper())
 
 
 def _field_type(name: str) -> Callable[[str], Any]:
@@ -100,25 +166,37 @@ def _preset(name: str) -> str:
 
 
 def parser(prog: str, description: Optional[str], config: Optional[str] = None,
-           fields: Optional[bool] = None) -> argparse.ArgumentParser:
+           fields: Optional[bool] = None,
+           defaults: Optional[dict[str, Any]] = None) -> argparse.ArgumentParser:
   """A parser for one script, to which it adds its own flags.
 
   `config` (a preset name) adds `--config=<preset>` with that default; `fields`
-  (default: when `config` is given) adds `--config.<field>=<value>` for every field.
+  (default: when `config` is given) adds `--config.<field>=<value>` for every
+  field; `defaults` are the script's own values between the preset and the
+  command line (for --help; `config(args, defaults)` applies them). Every parser
+  has --version, --log_level and --quiet.
   """
   p = _Parser(prog=prog, description=description, allow_abbrev=False,
-              formatter_class=argparse.RawDescriptionHelpFormatter)
+              formatter_class=_Formatter)
+  p.preset, p.preset_defaults = config, dict(defaults or {})
+  p.add_argument("--version", action="version", version=f"%(prog)s {t2t_jax.__version__}")
+  p.add_argument("--log_level", choices=LOG_LEVELS, default=None,
+                 help="the least important log lines shown on stderr (default: info)")
+  p.add_argument("--quiet", action="store_true",
+                 help="warnings and errors only (--log_level=warning)")
   if config is not None:
     p.add_argument("--config", type=_preset, default=config, metavar="PRESET",
-                   help=f"a preset of t2t_jax/configs.py (default: {config})")
+                   help=f"a preset of t2t_jax/configs.py: {', '.join(configs.PRESETS)} "
+                        f"(default: {config})")
   if fields or (fields is None and config is not None):
     group = p.add_argument_group(
         "config fields", "--config.<field>=<value> sets one field of t2t_jax/configs.py, "
-        "after the preset and the script's own defaults")
+        "after the preset and the script's own defaults; [preset: value] is the value "
+        "without the flag")
     for name in _FIELDS:
       group.add_argument(f"--{_PREFIX}{name}", dest=_PREFIX + name, type=_field_type(name),
                          default=argparse.SUPPRESS, metavar="VALUE",
-                         help=configs.accepts(name))
+                         help=configs.meaning(name))
   return p
 
 

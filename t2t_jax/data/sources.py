@@ -2,7 +2,7 @@
 
     "demo"   the generated corpus (datasets/demo.py), written once into WORKDIR/data/demo
     "text"   the user's files: config.{train,dev,test}_files, each "src_path,tgt_path"
-             (line-aligned) or one .tsv path
+             (line-aligned) or one .tsv path; without test_files there is no test set
     other    a tfds name such as "wmt14_translate/de-en" (data/wmt.py; imports TensorFlow)
 
 A `Source` loads each split's (source, target) text on demand and carries a
@@ -16,7 +16,7 @@ import dataclasses
 import logging
 import os
 import time
-from typing import Callable
+from typing import Callable, Optional
 
 from t2t_jax.data import demo
 from t2t_jax.data import textio
@@ -62,19 +62,22 @@ def _file_signature(spec: str) -> list:
           for p in spec.split(",") if os.path.exists(p)]
 
 
-def _files(specs: dict[str, str]) -> Source:
-  return Source(train=lambda: read_pairs(specs["train"]), dev=lambda: read_pairs(specs["dev"]),
-                test=lambda: read_pairs(specs["test"]),
-                signature={split: _file_signature(spec) for split, spec in specs.items()})
+def _files(specs: dict[str, Optional[str]]) -> Source:
+  """Each split read from its spec; a split without one (test only) has no pairs."""
+  def reader(split: str) -> Callable[[], Pairs]:
+    return lambda: read_pairs(specs[split]) if specs[split] else []
+  return Source(train=reader("train"), dev=reader("dev"), test=reader("test"),
+                signature={split: _file_signature(spec) for split, spec in specs.items()
+                           if spec})
 
 
 def text_source(cfg, workdir: str) -> Source:
   del workdir  # the files are wherever the config says
   specs = {"train": cfg.train_files, "dev": cfg.dev_files, "test": cfg.test_files}
-  missing = [f"{split}_files" for split, spec in specs.items() if not spec]
+  missing = [f"{split}_files" for split in ("train", "dev") if not specs[split]]
   if missing:
     raise ValueError(f"dataset='text' needs config.{', config.'.join(missing)} "
-                     "('src_path,tgt_path' or a .tsv path)")
+                     "('src_path,tgt_path' or a .tsv path; t2t-train: --train, --dev)")
   return _files(specs)
 
 

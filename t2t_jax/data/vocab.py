@@ -12,6 +12,7 @@ import json
 import logging
 import os
 import random
+import shutil
 import tempfile
 from typing import Iterable, Optional, Sequence
 
@@ -214,3 +215,28 @@ def build_or_load(vocab_size: int, directory: str, train_pairs_fn, model_type: s
         f"config asks for vocab_size={vocab_size}, model_type={model_type!r}; use another "
         "workdir or delete that vocab directory to rebuild it")
   return tokenizer
+
+
+def adopt(source_dir: str, directory: str) -> Tokenizer:
+  """Makes `directory` hold the vocabulary of `source_dir` (another run's), and returns it.
+
+  For fine-tuning: the new run must read text into the same ids as the run its
+  params come from. The files are copied when `directory` has none; a
+  different vocabulary already there is a ValueError, never replaced.
+  """
+  tokenizer, _, digest = _load_checked(source_dir)
+  model_path = os.path.join(directory, "spm.model")
+  if os.path.exists(model_path):
+    if _sha256(model_path) != digest:
+      raise ValueError(f"{model_path} is another vocabulary than {source_dir}'s; fine-tune "
+                       "into a new work directory")
+    return tokenizer
+  os.makedirs(directory, exist_ok=True)
+  for name in ("spm.vocab", "spm.json", "spm.model"):  # the model last: it marks a copy done
+    source = os.path.join(source_dir, name)
+    if os.path.exists(source):
+      tmp = os.path.join(directory, f"{name}.tmp{os.getpid()}")
+      shutil.copyfile(source, tmp)
+      os.replace(tmp, os.path.join(directory, name))
+  log.info("Copied the vocabulary of %s into %s", source_dir, directory)
+  return Tokenizer(model_path)

@@ -142,7 +142,7 @@ class Trainer:
   """
 
   def __init__(self, cfg: TransformerConfig, workdir: str | os.PathLike,
-               dataset: Optional[data.Dataset] = None):
+               dataset: Optional[data.Dataset] = None, init_params: Any = None):
     self.created = time.time()
     self.cfg = cfg
     self.workdir = pathlib.Path(workdir)
@@ -154,12 +154,12 @@ class Trainer:
     self.train_iter = self.ckpt = self.writer = self.lock = None
     try:
       self.lock = lock_workdir(self.workdir)
-      self._setup(dataset)
+      self._setup(dataset, init_params)
     except BaseException:
       self.close()
       raise
 
-  def _setup(self, dataset: Optional[data.Dataset]) -> None:
+  def _setup(self, dataset: Optional[data.Dataset], init_params: Any) -> None:
     cfg = self.cfg
     # --- Input ---
     self.ds = dataset if dataset is not None else data.prepare(cfg, str(self.workdir))
@@ -184,6 +184,9 @@ class Trainer:
     restored = self.ckpt.restore_latest(abstract_state)
     if restored is None:
       state = create(init_key)
+      if init_params is not None:  # fine-tuning: another run's params, a fresh optimiser
+        state = state.replace(params=matching_params(init_params, abstract_state.params))
+        log.info("Starting from the given params (fine-tuning), optimiser and schedule at step 0")
     else:
       state, extras = restored
       self.train_iter.set_state(extras["data"])
@@ -388,8 +391,24 @@ class Trainer:
     }
 
 
+def matching_params(params: Any, expected: Any) -> Any:
+  """`params` as float32 arrays, if they have `expected`'s tree and shapes; else ValueError."""
+  got = jax.tree_util.tree_flatten_with_path(params)[0]
+  want = jax.tree_util.tree_flatten_with_path(expected)[0]
+  got_shapes = {jax.tree_util.keystr(k): np.shape(v) for k, v in got}
+  for key, leaf in want:
+    name = jax.tree_util.keystr(key)
+    if got_shapes.get(name) != leaf.shape:
+      raise ValueError(f"the given params do not fit this model: {name} is "
+                       f"{got_shapes.get(name, 'missing')}, the model needs {leaf.shape}")
+  if len(got) != len(want):
+    raise ValueError(f"the given params have {len(got)} arrays, the model {len(want)}")
+  return jax.tree.map(lambda x, e: np.asarray(x, e.dtype), params, expected)
+
+
 def train_and_evaluate(cfg: TransformerConfig, workdir: str | os.PathLike,
-                       dataset: Optional[data.Dataset] = None) -> dict[str, Any]:
+                       dataset: Optional[data.Dataset] = None,
+                       init_params: Any = None) -> dict[str, Any]:
   """Trains `cfg.num_train_steps` updates into `workdir` (resuming if it holds a run).
 
   `dataset`: `data.prepare(cfg, workdir)`'s result, prepared here if not given.
@@ -397,7 +416,9 @@ def train_and_evaluate(cfg: TransformerConfig, workdir: str | os.PathLike,
   dev_perplexity and dev_accuracy (last evaluation), wall_time_s (set-up and
   training), tokens_per_s (real target tokens per second of training),
   device_kind, num_devices and accum_steps. Raises FloatingPointError, naming
-  the step, if the loss diverges.
+  the step, if the loss diverges. `init_params` (e.g. another run's averaged
+  params, for fine-tuning) replace the random initialisation of a new run; a
+  run that resumes from its own checkpoint ignores them.
   """
-  with Trainer(cfg, workdir, dataset) as trainer:
+  with Trainer(cfg, workdir, dataset, init_params) as trainer:
     return trainer.run()
