@@ -10,17 +10,16 @@ it matches our model: docs/export.md.
 from __future__ import annotations
 
 import argparse
-import logging
 import pathlib
 import sys
 from typing import Optional, Sequence
 
+from t2t_jax.cli import flags as cli
 from t2t_jax.export import convert as export
 
 
 def main(argv: Optional[Sequence[str]] = None) -> None:
-  parser = argparse.ArgumentParser(prog="t2t-export", description=__doc__,
-                                   formatter_class=argparse.RawDescriptionHelpFormatter)
+  parser = cli.parser("t2t-export", __doc__)
   parser.add_argument("--workdir", required=True, help="the training run's work directory")
   parser.add_argument("--to", required=True, choices=sorted(export.EXPORTERS), help="target format")
   parser.add_argument("out", help="output directory")
@@ -37,7 +36,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     options.update(quantization=args.quantization, force=args.force)
   elif args.quantization or args.force:
     raise SystemExit("error: --quantization and --force apply to --to ctranslate2 only")
-  logging.basicConfig(level=logging.INFO, format="%(message)s")
+  cli.setup_logging()
+  cli.apply_log_level(args)
   try:
     out = export.EXPORTERS[args.to](args.workdir, args.out, **options)
   except (export.MissingExtrasError, OSError, ValueError, RuntimeError) as e:

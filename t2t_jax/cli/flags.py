@@ -82,7 +82,7 @@ class _Parser(argparse.ArgumentParser):
         self.error(f"unknown config field {name!r}{hint}; the fields are in t2t_jax/configs.py")
     if rest:
       self.error(f"unrecognized arguments: {' '.join(rest)}{self._suggestion(rest[0])}")
-    _apply_log_level(parsed)
+    apply_log_level(parsed)
     return parsed
 
   def _suggestion(self, arg: str) -> str:
@@ -130,7 +130,8 @@ def _given_preset(args: Sequence[str]) -> Optional[str]:
   return given if given in configs.PRESETS else None
 
 
-def _apply_log_level(args: argparse.Namespace) -> None:
+def apply_log_level(args: argparse.Namespace) -> None:
+  """--quiet / --log_level, if given, on the root logger (parse_args does this)."""
   level = "warning" if getattr(args, "quiet", False) else getattr(args, "log_level", None)
   if level is not None:
     logging.getLogger().setLevel(level.upper())

@@ -94,3 +94,47 @@ def test_only_the_command_layer_ends_the_process():
     text = path.read_text()
     for call in ("os._exit(", "sys.exit(", "jax._src"):
       assert call not in text, f"{path.relative_to(package)} uses {call}"
+
+
+def _help(capsys, argv, parser=None):
+  with pytest.raises(SystemExit) as e:
+    (parser or _parser()).parse_args([*argv, "--help"])
+  assert e.value.code == 0
+  return " ".join(capsys.readouterr().out.split())
+
+
+def test_help_shows_each_fields_meaning_and_the_chosen_presets_value(capsys):
+  text = _help(capsys, ["--config=big"])
+  assert ("--config.d_model VALUE width of every layer's input and output (and the "
+          "embeddings); accepts a positive integer [big: 1024]") in text
+  assert "accepts a number in [0, 1) [big: 0.3]" in text       # dropout_rate
+  for name in configs.TransformerConfig.__dataclass_fields__:
+    assert f"--config.{name} VALUE {configs.meaning(name)}; accepts" in text, name
+  assert "[demo: 128]" in _help(capsys, [])                      # the default preset's values
+  assert "[big_enfr: 0.1]" in _help(capsys, ["--config", "big_enfr"])
+  script = cli.parser("prog", None, config="parsing", defaults={"max_target_length": 768})
+  assert "[parsing: 768]" in _help(capsys, [], script)           # the script's own defaults
+  # The usage line names the config fields once.
+  assert text.count("--config.d_model") == 1 and "[--config.<field>=VALUE ...]" in text
+
+
+def test_version_log_level_quiet_and_did_you_mean(capsys):
+  import t2t_jax  # pylint: disable=import-outside-toplevel
+  with pytest.raises(SystemExit) as e:
+    cli.parser("t2t-x", None).parse_args(["--version"])
+  assert e.value.code == 0 and capsys.readouterr().out == f"t2t-x {t2t_jax.__version__}\n"
+  root = logging.getLogger()
+  level = root.level
+  try:
+    _parser().parse_args(["--quiet"])
+    assert root.level == logging.WARNING
+    _parser().parse_args(["--log_level=debug"])
+    assert root.level == logging.DEBUG
+    root.setLevel(logging.INFO)
+    _parser().parse_args([])                                     # no flag: left as set up
+    assert root.level == logging.INFO
+  finally:
+    root.setLevel(level)
+  assert ("unrecognized arguments: --work-dir=x (did you mean --workdir?)"
+          in _usage_error(capsys, ["--work-dir=x"]))
+  assert "(did you mean" not in _usage_error(capsys, ["--zzz"])

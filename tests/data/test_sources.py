@@ -41,3 +41,14 @@ def test_sources_by_dataset_name_and_signature_follows_the_files(tmp_path):
   _write(tmp_path / "a.de", ["eins", "zwei!"])  # changed data must not hit a stale cache
   assert sources.get_source(cfg, str(tmp_path)).signature != before
   assert sources.SOURCES["demo"] is sources.demo_source
+
+
+def test_text_without_test_files_has_no_test_set(tmp_path):
+  spec = f"{_write(tmp_path / 'a.en', ['one'])},{_write(tmp_path / 'a.de', ['eins'])}"
+  cfg = configs.get_config("base", dataset="text", train_files=spec, dev_files=spec)
+  source = sources.get_source(cfg, str(tmp_path))
+  assert source.test() == [] and source.dev() == [("one", "eins")]
+  assert set(source.signature) == {"train", "dev"}
+  with pytest.raises(ValueError, match="needs config.train_files"):
+    sources.get_source(configs.get_config("base", dataset="text", dev_files=spec),
+                       str(tmp_path))

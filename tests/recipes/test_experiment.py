@@ -17,7 +17,8 @@ TINY = ["--config.num_layers=1", "--config.d_model=32", "--config.d_ff=64",
 
 
 def _run(*args):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2")
+  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+             PYTHONPATH=str(ROOT))  # this checkout's package, not an installed one
   env.pop("PYTEST_CURRENT_TEST", None)
   return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,
                         env=env, cwd=ROOT, timeout=600, check=False)
@@ -67,7 +68,11 @@ def test_demo_run_writes_results_then_resumes_and_refuses_a_changed_model(tmp_pa
 def test_describe_and_bad_flags():
   base = _run("--config=base", "--describe")
   assert base.returncode == 0 and "newstest2014 BLEU 27.3" in base.stdout
-  assert "8 NVIDIA P100" in base.stdout
+  assert "8 NVIDIA P100" in base.stdout and "t2t-train --config=base" in base.stdout
+  enfr = subprocess.run([sys.executable, str(ROOT / "experiments" / "wmt14_enfr.py"),
+                         "--config=big", "--describe"], capture_output=True, text=True,
+                        env=dict(os.environ, PYTHONPATH=str(ROOT)), cwd=ROOT, check=True)
+  assert "preset big_enfr" in enfr.stdout and "newstest2014 BLEU 41.8" in enfr.stdout
   bad = _run("--config=nonsense")
   assert bad.returncode != 0 and "unknown --config=nonsense" in bad.stderr
   bad_field = _run("--config=demo", "--config.no_such_field=1")

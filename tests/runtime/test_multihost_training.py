@@ -32,11 +32,11 @@ NUM_STEPS = 24
 EVERY = 4
 PAUSE_AT = 14  # process 1 waits after this step's metrics until the test has signalled it
 
-# The experiment script's main; with T2T_TEST_PAUSE=<file>, waits after reading step
+# t2t-train's main; with T2T_TEST_PAUSE=<file>, waits after reading step
 # PAUSE_AT's metrics until that file exists.
 _DRIVER = """
 import os, sys, time
-from t2t_jax.recipes import experiment
+from t2t_jax.cli import train as t2t_train
 from t2t_jax.train import trainer as train
 if os.environ.get("T2T_TEST_PAUSE"):
   read_metrics = train.Trainer.read_metrics
@@ -47,7 +47,7 @@ if os.environ.get("T2T_TEST_PAUSE"):
       while not os.path.exists(os.environ["T2T_TEST_PAUSE"]):
         time.sleep(0.02)
   train.Trainer.read_metrics = pause
-experiment.main(sys.argv[1:], script="experiments/wmt14_ende.py", language_pair="de")
+t2t_train.main(sys.argv[1:])
 """.replace("PAUSE_AT", str(PAUSE_AT))
 
 
