@@ -3,7 +3,7 @@
 The package needs requirements-core.txt; each extra has a file of its own:
 `notebook` (requirements-notebook.txt), `test` (requirements-test.txt) and
 `export` (requirements-export.txt: t2t-export, the comparison with transformers
-and CTranslate2). requirements.txt gathers core, notebook and test for the
+and CTranslate2), `serve` (requirements-serve.txt: t2t-serve and its browser test). requirements.txt gathers core, notebook and test for the
 README's two commands.
 """
 
@@ -26,13 +26,15 @@ setuptools.setup(
     python_requires=">=3.11",
     install_requires=_requirements("requirements-core.txt"),
     extras_require={extra: _requirements(f"requirements-{extra}.txt")
-                    for extra in ("notebook", "test", "export")},
+                    for extra in ("notebook", "test", "export", "serve")},
+    package_data={"t2t_jax.serve": ["static/*"]},  # the page t2t-serve serves
     entry_points={
         "console_scripts": [
             "t2t-train=t2t_jax.cli.train:main",
             "t2t-translate=t2t_jax.cli.translate:main",
             "t2t-average-checkpoints=t2t_jax.cli.average:main",
             "t2t-export=t2t_jax.cli.export:main",
+            "t2t-serve=t2t_jax.cli.serve:main",
         ],
     },
 )

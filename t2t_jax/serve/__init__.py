@@ -1,0 +1,1 @@
+"""t2t-serve: the HTTP front (app), dynamic batching (batcher), engines, metrics, the page."""

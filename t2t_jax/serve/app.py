@@ -1,0 +1,287 @@
+"""The HTTP front (FastAPI): routes, limits, errors and metrics around the batcher and an engine.
+
+    app = create_app(engine, Options(max_batch=16), attention=functools.partial(
+        engines.attention, translator), warm_up=lambda: engine.warm_up(30, settings))
+    uvicorn.run(app, host="127.0.0.1", port=8000)          # what `t2t-serve` does
+
+Routes: `POST /v1/translate`, `POST /v1/attention` (the page's heatmap),
+`GET /v1/model`, `GET /health` (200 once the warm-up has compiled the decoding
+programs, 503 before), `GET /metrics` (Prometheus), `GET /` (the page),
+`GET /docs` (the OpenAPI page). Every error is {"error": "one line"}; an
+overloaded or starting server answers 503 with Retry-After. A request whose
+client disconnects leaves the queue at once.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import concurrent.futures
+import contextlib
+import dataclasses
+import logging
+import pathlib
+import signal
+import socket
+import threading
+import time
+from typing import Any, Callable, Optional
+
+import fastapi
+from fastapi import responses
+from fastapi import staticfiles
+from starlette import exceptions as starlette_exceptions
+from starlette.concurrency import run_in_threadpool
+import uvicorn
+
+from t2t_jax import streaming
+from t2t_jax.serve import batcher as batcher_lib
+from t2t_jax.serve import engines
+from t2t_jax.serve import metrics as metrics_lib
+from t2t_jax.serve import protocol
+
+log = logging.getLogger(__name__)
+
+STATIC = pathlib.Path(__file__).with_name("static")
+RETRY_AFTER = "1"     # seconds: a batch of the demo model decodes in well under that
+
+
+@dataclasses.dataclass(frozen=True)
+class Options:
+  """Batching and limits (`t2t-serve --help` explains each)."""
+  max_batch: int = 16
+  max_queue: int = 1024
+  max_wait: float = 0.005
+  workers: int = 2
+  limits: protocol.Limits = protocol.Limits()
+
+
+class _State:
+  """What the routes share: the engine, its batcher, the metrics, readiness."""
+
+  def __init__(self, engine: Any, options: Options):
+    self.engine, self.options, self.limits = engine, options, options.limits
+    self.ready = threading.Event()
+    self.failed: Optional[str] = None
+    self.metrics = metrics_lib.Metrics(queued=lambda: self.batcher.queued)
+    self.batcher = batcher_lib.Batcher(
+        engine.translate, max_batch=options.max_batch, max_queue=options.max_queue,
+        max_wait=options.max_wait, workers=options.workers, on_batch=self.metrics.batch)
+
+
+def _error(e: protocol.ApiError) -> responses.JSONResponse:
+  return responses.JSONResponse({"error": e.message}, e.status, headers=e.headers)
+
+
+async def _body(request: fastapi.Request, limit: int) -> bytes:
+  """The request body, refused with 413 as soon as it passes `limit` bytes."""
+  declared = request.headers.get("content-length", "")
+  if declared.isdigit() and int(declared) > limit:
+    raise protocol.ApiError(413, f"the request body has {declared} bytes; the limit is {limit}")
+  chunks, size = [], 0
+  async for chunk in request.stream():
+    size += len(chunk)
+    if size > limit:
+      raise protocol.ApiError(413, f"the request body passes the limit of {limit} bytes")
+    chunks.append(chunk)
+  return b"".join(chunks)
+
+
+async def _client_gone(request: fastapi.Request) -> None:
+  """Returns when the client disconnects (the body has been read: only that can come)."""
+  while (await request.receive())["type"] != "http.disconnect":
+    pass
+
+
+async def _results(request: fastapi.Request, state: _State,
+                   future: concurrent.futures.Future) -> Optional[list]:
+  """The batcher's results, or None if the client left first (its lines leave the queue)."""
+  result = asyncio.wrap_future(future)
+  gone = asyncio.ensure_future(_client_gone(request))
+  try:
+    done, _ = await asyncio.wait({result, gone}, return_when=asyncio.FIRST_COMPLETED)
+  finally:
+    gone.cancel()
+    if not result.done():
+      state.batcher.cancel(future)
+  return result.result() if result in done else None
+
+
+def _hypothesis(h: streaming.Hypothesis) -> dict[str, Any]:
+  pairs = None if h.alignment is None else [list(p) for p in h.alignment]
+  return {"text": h.text, "score": round(h.score, 4), "alignment": pairs}
+
+
+def _translation(t: streaming.Translation) -> dict[str, Any]:
+  best = _hypothesis(t.hypotheses[0])
+  return {**best, "nbest": [_hypothesis(h) for h in t.hypotheses]}
+
+
+def _settings(state: _State, body: protocol.TranslateRequest) -> engines.Settings:
+  protocol.check_lines(body.text, state.limits)
+  protocol.check_beam(body.beam_size, state.limits)
+  settings = engines.Settings(beam_size=body.beam_size or state.engine.cfg.beam_size,
+                              n_best=body.n_best, alignments=body.alignments)
+  try:
+    state.engine.check(settings)
+  except ValueError as e:
+    raise protocol.ApiError(422, str(e)) from None
+  return settings
+
+
+def _submit(state: _State, lines: list[str], settings: engines.Settings
+            ) -> concurrent.futures.Future:
+  if state.failed is not None:
+    raise protocol.ApiError(500, f"the server failed to start: {state.failed}")
+  if not state.ready.is_set():
+    raise protocol.ApiError(503, "the server is starting (compiling the decoding programs)",
+                            {"Retry-After": RETRY_AFTER})
+  try:
+    return state.batcher.submit(lines, settings)
+  except batcher_lib.Overloaded as e:
+    raise protocol.ApiError(503, f"overloaded: {e}", {"Retry-After": RETRY_AFTER}) from None
+  except batcher_lib.Stopped as e:
+    raise protocol.ApiError(503, str(e)) from None
+
+
+def _translate_route(app: fastapi.FastAPI, state: _State) -> None:
+  schema = protocol.TranslateRequest.model_json_schema()
+
+  @app.post("/v1/translate", response_model=protocol.TranslateResponse,
+            openapi_extra={"requestBody": {"required": True,
+                                           "content": {"application/json": {"schema": schema}}}},
+            responses={code: {"model": protocol.Error} for code in (400, 413, 422, 503)})
+  async def translate(request: fastapi.Request):
+    """One translation per line of `text`, in order (n-best lists, word alignments)."""
+    start = time.monotonic()
+    try:
+      raw = await _body(request, state.limits.max_body)
+      body = protocol.validate(protocol.TranslateRequest, protocol.parse_json(raw))
+      future = _submit(state, body.text, _settings(state, body))
+      results = await _results(request, state, future)
+    except protocol.ApiError as e:
+      state.metrics.request(e.status, time.monotonic() - start)
+      return _error(e)
+    if results is None:   # 499: nginx's "client closed request"; nobody reads it
+      state.metrics.request(499, time.monotonic() - start)
+      return responses.Response(status_code=499)
+    tokens = sum(state.engine.count_pieces(t.text) for t in results)
+    state.metrics.request(200, time.monotonic() - start, len(results), tokens)
+    return {"translations": [_translation(t) for t in results]}
+
+
+def _other_routes(app: fastapi.FastAPI, state: _State,
+                  attention: Optional[Callable[..., dict]]) -> None:
+  @app.post("/v1/attention", responses={code: {"model": protocol.Error} for code in (400, 422)},
+            openapi_extra={"requestBody": {"required": True, "content": {"application/json": {
+                "schema": protocol.AttentionRequest.model_json_schema()}}}})
+  async def attention_route(request: fastapi.Request):
+    """Our model's cross-attention of one decoder layer (and head) for a (source, target)."""
+    try:
+      raw = await _body(request, state.limits.max_body)
+      body = protocol.validate(protocol.AttentionRequest, protocol.parse_json(raw))
+      protocol.check_lines([body.source, body.target], state.limits)
+      if attention is None:
+        raise protocol.ApiError(404, "this server has no attention maps")
+      try:
+        return await run_in_threadpool(attention, body.source, body.target, layer=body.layer,
+                                       head=body.head)
+      except ValueError as e:
+        raise protocol.ApiError(422, str(e)) from None
+    except protocol.ApiError as e:
+      return _error(e)
+
+  @app.get("/v1/model")
+  async def model_info():
+    """The engine, the decoder's layers and heads, the default beam, the server's limits."""
+    cfg = state.engine.cfg
+    return {"engine": state.engine.name, "num_layers": cfg.num_layers,
+            "num_heads": cfg.num_heads, "beam_size": cfg.beam_size,
+            "limits": dataclasses.asdict(state.limits), "max_batch": state.options.max_batch}
+
+  @app.get("/health")
+  async def health():
+    """200 once the decoding programs are compiled (or read from the cache), else 503/500."""
+    if state.failed is not None:
+      return responses.JSONResponse({"status": "failed", "error": state.failed}, 500)
+    if not state.ready.is_set():
+      return responses.JSONResponse({"status": "starting"}, 503,
+                                    headers={"Retry-After": RETRY_AFTER})
+    return {"status": "ready", "engine": state.engine.name}
+
+  @app.get("/metrics")
+  async def metrics():
+    """Prometheus text format."""
+    body, content_type = state.metrics.render()
+    return responses.Response(body, media_type=content_type)
+
+  @app.get("/", include_in_schema=False)
+  async def page():
+    return responses.FileResponse(STATIC / "index.html")
+
+
+def _warm_up(state: _State, warm_up: Optional[Callable[[], Any]]) -> None:
+  try:
+    if warm_up is not None:
+      start = time.monotonic()
+      warm_up()
+      log.info("warm-up done in %.1f s", time.monotonic() - start)
+    state.ready.set()
+  except Exception as e:  # pylint: disable=broad-except  (reported by /health and each request)
+    log.exception("warm-up failed")
+    state.failed = str(e).splitlines()[0] if str(e) else type(e).__name__
+
+
+def create_app(engine: Any, options: Options = Options(),
+               attention: Optional[Callable[..., dict]] = None,
+               warm_up: Optional[Callable[[], Any]] = None) -> fastapi.FastAPI:
+  """The server for `engine` (engines.py: translate, check, count_pieces, cfg, name).
+
+  `warm_up` runs on a thread of its own at start-up; /health and the routes
+  answer 503 until it has returned. `attention(source, target, layer=, head=)`
+  serves the page's heatmap.
+  """
+  state = _State(engine, options)
+
+  @contextlib.asynccontextmanager
+  async def lifespan(_):
+    state.batcher.start()
+    threading.Thread(target=_warm_up, args=(state, warm_up), name="t2t_jax-warm-up",
+                     daemon=True).start()
+    yield
+    # uvicorn has answered every request under way; nothing is queued any more.
+    await run_in_threadpool(state.batcher.stop)
+
+  app = fastapi.FastAPI(title="t2t_jax translation server", lifespan=lifespan,
+                        description="Transformer translation with dynamic batching. "
+                                    "Errors are {\"error\": \"one line\"}.")
+  app.state.server = state
+
+  @app.exception_handler(starlette_exceptions.HTTPException)
+  async def http_error(_, e: starlette_exceptions.HTTPException):
+    return _error(protocol.ApiError(e.status_code, str(e.detail), dict(e.headers or {})))
+
+  _translate_route(app, state)
+  _other_routes(app, state, attention)
+  app.mount("/static", staticfiles.StaticFiles(directory=STATIC), name="static")
+  return app
+
+
+def serve(app: fastapi.FastAPI, host: str, port: int, banner: str = "serving on http://{}/") -> None:
+  """Runs `app` until SIGTERM or Ctrl-C, then answers the requests under way and returns.
+
+  `banner` is logged with host:port filled in (port 0 takes a free port).
+  """
+  family = socket.AF_INET6 if ":" in host else socket.AF_INET
+  sock = socket.socket(family, socket.SOCK_STREAM)
+  sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+  sock.bind((host, port))
+  bound = sock.getsockname()
+  log.info(banner.format(f"[{bound[0]}]:{bound[1]}" if family == socket.AF_INET6
+                         else f"{bound[0]}:{bound[1]}"))
+  # uvicorn answers what is under way, then raises the signal again under the handler it
+  # found: this one, which only logs, so that the command ends with status 0.
+  for sig in (signal.SIGTERM, signal.SIGINT):
+    signal.signal(sig, lambda number, _: log.info("stopped by %s", signal.Signals(number).name))
+  config = uvicorn.Config(app, log_level="warning", access_log=False,
+                          timeout_graceful_shutdown=60)
+  uvicorn.Server(config).run(sockets=[sock])

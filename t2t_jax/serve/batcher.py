@@ -1,0 +1,199 @@
+"""Dynamic batching: the lines of concurrent requests decoded together, each result sent back.
+
+    batcher = Batcher(engine.translate, max_batch=16, max_queue=1024, max_wait=0.005)
+    batcher.start()
+    future = batcher.submit(lines, settings)   # concurrent.futures.Future -> one result per line
+    batcher.cancel(future)                     # the client left: its queued lines leave the queue
+    batcher.stop()                             # refuses new requests, finishes the queued ones
+
+A worker takes a batch once `max_batch` lines with the oldest waiting line's
+settings are queued, or once that line has waited `max_wait` seconds. It takes
+them one line per request in turn (oldest request first), so a long request is
+split across batches and the short requests that came after it ride in the
+next batch instead of waiting for all of it. `workers` batches decode at once:
+while one decodes, the next one fills (two in flight on a CPU, as
+`in_flight.DEFAULT`). The queue holds at most `max_queue` lines: a request that
+does not fit is refused at once (`Overloaded`) rather than held in memory.
+"""
+
+from __future__ import annotations
+
+import collections
+import concurrent.futures
+import dataclasses
+import logging
+import threading
+import time
+from typing import Any, Callable, Hashable, Optional, Sequence
+
+log = logging.getLogger(__name__)
+
+Translate = Callable[[list[str], Hashable], Sequence[Any]]
+
+
+class Overloaded(RuntimeError):
+  """The queue cannot take the request's lines now; the client should retry later."""
+
+
+class Stopped(RuntimeError):
+  """The batcher is shutting down and takes no new requests."""
+
+
+@dataclasses.dataclass(eq=False)
+class _Request:
+  lines: list[str]
+  settings: Hashable
+  future: concurrent.futures.Future
+  arrived: float
+  results: list[Any]
+  taken: int = 0           # lines handed to a batch so far (in order)
+  left: int = 0            # results still to come
+
+  @property
+  def waiting(self) -> int:
+    return len(self.lines) - self.taken
+
+
+class Batcher:
+  """Queues lines of many requests and decodes them in shared batches on worker threads."""
+
+  def __init__(self, translate: Translate, *, max_batch: int, max_queue: int,
+               max_wait: float = 0.005, workers: int = 2,
+               on_batch: Optional[Callable[[int, float], None]] = None):
+    """`translate(lines, settings)` decodes one batch; `on_batch(lines, seconds)` after each."""
+    if max_batch < 1 or max_queue < 1 or workers < 1 or max_wait < 0:
+      raise ValueError(f"max_batch={max_batch}, max_queue={max_queue} and workers={workers} "
+                       f"must be >= 1 and max_wait={max_wait} >= 0")
+    self._translate, self._on_batch = translate, on_batch
+    self.max_batch, self.max_queue, self.max_wait = max_batch, max_queue, max_wait
+    self._cond = threading.Condition()
+    self._waiting: collections.OrderedDict[int, _Request] = collections.OrderedDict()
+    self._by_future: dict[concurrent.futures.Future, _Request] = {}
+    self._queued = 0
+    self._stopping = False
+    self._threads = [threading.Thread(target=self._work, name=f"t2t_jax-batcher-{i}", daemon=True)
+                     for i in range(workers)]
+
+  @property
+  def queued(self) -> int:
+    """Lines waiting for a batch."""
+    return self._queued
+
+  def start(self) -> None:
+    for thread in self._threads:
+      thread.start()
+
+  def stop(self, timeout: Optional[float] = None) -> None:
+    """No new requests; the workers finish every queued line, then end."""
+    with self._cond:
+      self._stopping = True
+      self._cond.notify_all()
+    for thread in self._threads:
+      if thread.is_alive():
+        thread.join(timeout)
+
+  def submit(self, lines: Sequence[str], settings: Hashable) -> concurrent.futures.Future:
+    """A future of one result per line, in order. Overloaded if the queue cannot take them."""
+    future: concurrent.futures.Future = concurrent.futures.Future()
+    if not lines:
+      future.set_result([])
+      return future
+    with self._cond:
+      if self._stopping:
+        raise Stopped("the server is shutting down")
+      if self._queued + len(lines) > self.max_queue:
+        raise Overloaded(f"the queue holds {self._queued} of at most {self.max_queue} lines; "
+                         f"{len(lines)} more do not fit")
+      request = _Request(list(lines), settings, future, time.monotonic(), [None] * len(lines),
+                         left=len(lines))
+      self._waiting[id(request)] = request
+      self._by_future[future] = request
+      self._queued += len(lines)
+      self._cond.notify()
+    return future
+
+  def cancel(self, future: concurrent.futures.Future) -> None:
+    """Drops a request's queued lines (those in a batch already finish, unused)."""
+    with self._cond:
+      request = self._by_future.get(future)
+      if request is not None:
+        self._drop(request)
+      future.cancel()
+
+  # ------------------------------------------------------------------ workers
+
+  def _ready(self, now: float) -> Optional[float]:
+    """None when a batch should be taken now, else how long to wait for one."""
+    oldest = next(iter(self._waiting.values()))
+    same = sum(r.waiting for r in self._waiting.values() if r.settings == oldest.settings)
+    if same >= self.max_batch or self._stopping:
+      return None
+    wait = oldest.arrived + self.max_wait - now
+    return wait if wait > 0 else None
+
+  def _take(self) -> Optional[tuple[Hashable, list[tuple[_Request, int]]]]:
+    """The next batch, (settings, [(request, line index)]); None once stopped and empty."""
+    with self._cond:
+      while True:
+        if not self._waiting:
+          if self._stopping:
+            return None
+          self._cond.wait()
+          continue
+        wait = self._ready(time.monotonic())
+        if wait is None:
+          break
+        self._cond.wait(wait)
+      settings = next(iter(self._waiting.values())).settings
+      batch: list[tuple[_Request, int]] = []
+      while len(batch) < self.max_batch:
+        turn = [r for r in self._waiting.values() if r.settings == settings]
+        if not turn:
+          break
+        for request in turn[:self.max_batch - len(batch)]:  # one line of each, oldest first
+          batch.append((request, request.taken))
+          request.taken += 1
+          if not request.waiting:
+            del self._waiting[id(request)]
+      self._queued -= len(batch)
+      return settings, batch
+
+  def _work(self) -> None:
+    while (taken := self._take()) is not None:
+      settings, batch = taken
+      start = time.monotonic()
+      try:
+        results = self._translate([r.lines[i] for r, i in batch], settings)
+        if len(results) != len(batch):
+          raise RuntimeError(f"the engine gave {len(results)} results for {len(batch)} lines")
+      except Exception as e:  # pylint: disable=broad-except  (goes to the requests' futures)
+        log.exception("a batch of %d lines failed", len(batch))
+        self._fail({r for r, _ in batch}, e)
+        continue
+      if self._on_batch is not None:
+        self._on_batch(len(batch), time.monotonic() - start)
+      self._deliver(batch, results)
+
+  def _deliver(self, batch: list[tuple[_Request, int]], results: Sequence[Any]) -> None:
+    with self._cond:
+      for (request, index), result in zip(batch, results):
+        request.results[index] = result
+        request.left -= 1
+        if request.left == 0:
+          self._by_future.pop(request.future, None)
+          if not request.future.done():   # not cancelled, nor failed in another batch
+            request.future.set_result(request.results)
+
+  def _fail(self, requests: set[_Request], error: Exception) -> None:
+    with self._cond:
+      for request in requests:
+        self._drop(request)
+        if not request.future.done():
+          request.future.set_exception(error)
+
+  def _drop(self, request: _Request) -> None:
+    """Takes a request's queued lines out of the queue (the lock is held)."""
+    self._by_future.pop(request.future, None)
+    if self._waiting.pop(id(request), None) is not None:
+      self._queued -= request.waiting
+      request.taken = len(request.lines)

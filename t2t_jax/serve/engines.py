@@ -1,0 +1,218 @@
+"""What decodes behind the server: our JAX search or the work directory's CTranslate2 export.
+
+    engine = JaxEngine(inference.Translator("runs/demo"), batch_size=16)
+    engine = CTranslate2Engine.from_workdir("runs/demo", batch_size=16)   # exports on first use
+    engine.warm_up(max_pieces=30)                      # compiles the batch shapes (JAX)
+    engine.translate(["a line", ...], Settings(beam_size=4, n_best=2))   # [streaming.Translation]
+
+Both take text lines and give one `streaming.Translation` per line, in order,
+so that the batcher, limits, metrics and page in front of them are one. The JAX
+engine is `Translator.translate_stream` itself: a line's output is the one
+`t2t-translate` gives. CTranslate2 ranks hypotheses with its own length penalty
+(log P / |Y|^alpha, docs/export.md): it returns our translations where alpha is
+0, and its scores are its own. Word alignments come from our model's
+cross-attention in both (CTranslate2's output teacher-forced through it).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+import os
+import pathlib
+import threading
+from typing import Any, Optional, Sequence
+
+import numpy as np
+
+from t2t_jax import alignment
+from t2t_jax import buckets
+from t2t_jax import decode
+from t2t_jax import engines as export_engines
+from t2t_jax import export
+from t2t_jax import generate
+from t2t_jax import inference
+from t2t_jax import streaming
+from t2t_jax import visualize
+from t2t_jax.ids import EOS_ID
+
+log = logging.getLogger(__name__)
+
+# Where `--engine ctranslate2` keeps the work directory's export.
+CTRANSLATE2_DIR = "ctranslate2"
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+  """How a request's lines are decoded; only lines with equal settings share a batch."""
+  beam_size: int
+  n_best: int = 1
+  alignments: bool = False
+
+
+def _search(engine: "JaxEngine | CTranslate2Engine", settings: Settings) -> generate.Search:
+  # The checks of the command line (n_best <= beam_size, ...), with their messages.
+  return generate.Search.from_config(engine.cfg, beam_size=settings.beam_size,
+                                     n_best=settings.n_best)
+
+
+def _count_pieces(engine: "Engine", text: str) -> int:
+  """Pieces of an output (without EOS): the target tokens the metrics count."""
+  return len(engine.tokenizer.encode(text)) - 1 if text.strip() else 0
+
+
+class JaxEngine:
+  """Our beam search (`Translator.translate_stream`), one batch of lines per call."""
+
+  name = "jax"
+
+  def __init__(self, translator: inference.Translator, batch_size: int):
+    self.translator, self.cfg, self.tokenizer = translator, translator.cfg, translator.tokenizer
+    self.batch_size = batch_size
+
+  def check(self, settings: Settings) -> None:
+    """ValueError naming the setting the model cannot decode with."""
+    _search(self, settings)
+
+  count_pieces = _count_pieces
+
+  def translate(self, lines: Sequence[str], settings: Settings) -> list[streaming.Translation]:
+    # One batch per call (the batcher sends at most batch_size lines); the batcher's
+    # workers keep two batches in flight, as `in_flight` does for t2t-translate.
+    return list(self.translator.translate_stream(
+        lines, n_best=settings.n_best, alignments=settings.alignments,
+        beam_size=settings.beam_size, batch_size=self.batch_size, window=max(len(lines), 1),
+        in_flight=1))
+
+  def shapes(self, max_pieces: int) -> list[tuple[int, int]]:
+    """The (rows, width) batch shapes that lines of at most `max_pieces` pieces decode in."""
+    limit = generate.max_positions(self.translator.members)
+    widths = sorted({min(buckets.bucket_length(n + 1), limit)
+                     for n in range(1, min(max_pieces, limit - 1) + 1)})
+    rows = sorted({decode.source_rows([[0]] * n, self.batch_size, limit).shape[0]
+                   for n in range(1, self.batch_size + 1)})
+    return [(r, w) for w in widths for r in rows]
+
+  def warm_up(self, max_pieces: int, settings: Settings) -> int:
+    """Compiles (or reads from the compilation cache) every batch shape of lines up to
+    `max_pieces` pieces with `settings`; returns how many shapes.
+
+    Each shape runs the search's first chunk of steps (`decode.chunk_lengths`);
+    outputs longer than that chunk compile the next one on first use.
+    """
+    search = _search(self, settings)
+    shapes = self.shapes(max_pieces)
+    for rows, width in shapes:
+      inputs = np.full((rows, width), 5, np.int32)   # any piece ids: the shape is what compiles
+      inputs[:, -1] = EOS_ID
+      generate.decode_batch(self.translator.members, inputs, search)
+    return len(shapes)
+
+
+class CTranslate2Engine:
+  """A CTranslate2 model directory exported from the work directory, fed our pieces."""
+
+  name = "ctranslate2"
+
+  def __init__(self, model_dir: str | os.PathLike, translator: inference.Translator,
+               batch_size: int, threads: int = 0):
+    ctranslate2 = export.require("ctranslate2")
+    self.translator, self.cfg, self.tokenizer = translator, translator.cfg, translator.tokenizer
+    self.batch_size = batch_size
+    self.model = ctranslate2.Translator(str(model_dir), device="cpu", compute_type="float32",
+                                        inter_threads=1, intra_threads=threads)
+    self.tokens = json.loads((pathlib.Path(model_dir) / "shared_vocabulary.json").read_text())
+    self.ids = {token: i for i, token in enumerate(self.tokens)}
+    config = json.loads((pathlib.Path(model_dir) / "config.json").read_text())
+    # An export that adds the source EOS itself takes the pieces without it.
+    self.append_eos = not config.get("add_source_eos", False)
+    self._lock = threading.Lock()   # one translate_batch at a time: it has its own threads
+
+  @classmethod
+  def from_workdir(cls, workdir: str | os.PathLike, translator: inference.Translator,
+                   batch_size: int, threads: int = 0, average: bool = True
+                   ) -> "CTranslate2Engine":
+    """The export in WORKDIR/ctranslate2, written by `export.export_ctranslate2` if absent."""
+    model_dir = pathlib.Path(workdir) / CTRANSLATE2_DIR
+    if not (model_dir / "model.bin").is_file():
+      log.info("exporting %s to CTranslate2 in %s (first use)", workdir, model_dir)
+      export.export_ctranslate2(workdir, model_dir, average=average, force=True)
+    return cls(model_dir, translator, batch_size, threads)
+
+  def check(self, settings: Settings) -> None:
+    _search(self, settings)
+
+  count_pieces = _count_pieces
+
+  def translate(self, lines: Sequence[str], settings: Settings) -> list[streaming.Translation]:
+    search = _search(self, settings)
+    limit = generate.max_positions(self.translator.members) - 1
+    encoded = [streaming.encode_line(self.tokenizer, line, limit, k + 1,
+                                     with_words=settings.alignments)
+               for k, line in enumerate(lines)]
+    hypotheses = [[streaming.Hypothesis("", 0.0, [] if settings.alignments else None)]
+                  for _ in lines]
+    todo = [k for k, (ids, _) in enumerate(encoded) if ids]
+    sources = [[*encoded[k][0], EOS_ID] for k in todo]
+    limits = export_engines.output_limits(self.cfg, sources, search.max_decode_extra)
+    outputs: dict[int, list[tuple[list[int], float]]] = {}
+    with self._lock:
+      for max_length, group in export_engines.batches(limits, self.batch_size):
+        pieces = [[self.tokens[t] for t in sources[g][:-1]] + (["</s>"] if self.append_eos else [])
+                  for g in group]
+        results = self.model.translate_batch(
+            pieces, beam_size=search.beam_size, num_hypotheses=search.n_best,
+            length_penalty=search.alpha, max_decoding_length=max_length, return_scores=True,
+            max_batch_size=self.batch_size)
+        for g, result in zip(group, results):
+          outputs[todo[g]] = [([self.ids[p] for p in hyp], float(score))
+                              for hyp, score in zip(result.hypotheses, result.scores)]
+    for k, found in outputs.items():
+      if settings.alignments:
+        hypotheses[k] = self._aligned(encoded[k], found)
+      else:
+        hypotheses[k] = [streaming.Hypothesis(streaming.ids_to_text(self.tokenizer, ids), score)
+                         for ids, score in found]
+    return [streaming.Translation(k, h) for k, h in enumerate(hypotheses)]
+
+  def _aligned(self, source: tuple[list[int], Optional[list[int]]],
+               found: list[tuple[list[int], float]]) -> list[streaming.Hypothesis]:
+    texts = [streaming.ids_to_text_and_words(self.tokenizer, ids) for ids, _ in found]
+    pairs = generate.align_batch(self.translator.members, [source[0]] * len(found),
+                                 [source[1]] * len(found), [ids for ids, _ in found],
+                                 [words for _, words in texts])
+    return [streaming.Hypothesis(text, score, p)
+            for (text, _), (_, score), p in zip(texts, found, pairs)]
+
+  def warm_up(self, max_pieces: int, settings: Settings) -> int:
+    del max_pieces, settings   # CTranslate2 compiles nothing
+    return 0
+
+
+Engine = JaxEngine | CTranslate2Engine
+
+
+def attention(translator: inference.Translator, source: str, target: str, *, layer: int,
+              head: Optional[int]) -> dict[str, Any]:
+  """One decoder layer's cross-attention [target pieces + EOS, source pieces + EOS] of our
+  model for (source, target), the pieces' labels and words, and the word alignment."""
+  cfg = translator.cfg
+  limit = generate.max_positions(translator.members) - 1
+  source_ids, source_words = streaming.encode_line(translator.tokenizer, source, limit, 1,
+                                                   with_words=True)
+  target_ids, target_words = streaming.encode_line(translator.tokenizer, target, limit, 1,
+                                                   with_words=True)
+  if not source_ids or not target_ids:
+    raise ValueError("source and target must both have words")
+  inputs = decode.source_rows([source_ids], 1, cfg.max_len)
+  targets = decode.source_rows([target_ids], 1, cfg.max_len)
+  weights = alignment.cross_attention(cfg, translator.params, inputs, targets, layer=layer,
+                                      head=head)[0]       # [tgt, src]
+  weights = weights[:len(target_ids) + 1, :len(source_ids) + 1]
+  pairs = alignment.hard_alignment(weights, source_words, target_words)
+  label = lambda ids: visualize.token_labels(translator.tokenizer, [*ids, EOS_ID])
+  return {"source_pieces": label(source_ids), "target_pieces": label(target_ids),
+          "source_words": source_words, "target_words": target_words,
+          "weights": np.round(weights.astype(float), 4).tolist(),
+          "alignment": [list(p) for p in pairs]}

@@ -1,0 +1,121 @@
+"""`t2t-serve`: a translation server that batches concurrent requests, with a page to try it.
+
+    t2t-serve --workdir runs/demo                        # http://127.0.0.1:8000/ : the page
+    t2t-serve --workdir runs/demo --engine ctranslate2   # CTranslate2 decodes (exported on first use)
+    curl -s 127.0.0.1:8000/v1/translate -H 'content-type: application/json' \\
+         -d '{"text": ["the small dog sleeps ."], "n_best": 2}'
+
+Needs the serve extra (`pip install -e .[serve]`; `--engine ctranslate2` also
+the export extra). Routes: POST /v1/translate, GET /health (200 once the
+decoding programs are compiled or read from the compilation cache), GET
+/metrics (Prometheus), GET /docs (OpenAPI), GET / (the page). Lines of
+concurrent requests are decoded together (up to --max_batch lines, waiting at
+most --max_wait_ms for them); a request that does not fit in the queue
+(--max_queue lines) gets 503 with Retry-After. SIGTERM or Ctrl-C: no new
+connections, the requests under way are answered, then exit 0.
+
+A line's translation is the one `t2t-translate` gives (the same model, settings
+and search). The start-up compiles the batch shapes of lines up to
+--warmup_pieces pieces with the default settings; other beam sizes, n-best
+lists, alignments and longer lines compile on first use. Docs: README, "Serve".
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import logging
+import pathlib
+from typing import Optional, Sequence
+
+from t2t_jax import cli
+from t2t_jax import compile_cache
+from t2t_jax import inference
+from t2t_jax import workdir as workdir_lib
+
+log = logging.getLogger("t2t-serve")
+
+
+def _parser() -> argparse.ArgumentParser:
+  parser = cli.parser("t2t-serve", __doc__)
+  parser.add_argument("--workdir", required=True, help="the training run's work directory")
+  parser.add_argument("--checkpoint", help="one checkpoint of it (default: the averaged "
+                                           "parameters, else the latest checkpoint)")
+  parser.add_argument("--average", action=argparse.BooleanOptionalAction, default=True,
+                      help="use the averaged checkpoint if there is one (--no-average: the latest)")
+  parser.add_argument("--engine", choices=("jax", "ctranslate2"), default="jax",
+                      help="what decodes (default jax; ctranslate2: the work directory's export)")
+  parser.add_argument("--beam_size", type=int,
+                      help="a request's default beam size; default: the config's (4)")
+  parser.add_argument("--alpha", type=float,
+                      help="length penalty exponent; default: the config's (0.6)")
+  parser.add_argument("--max_decode_extra", type=int,
+                      help="max output length = input length + this; default: the config's (50)")
+  parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
+  parser.add_argument("--port", type=int, default=8000, help="port (0: any free one)")
+  parser.add_argument("--max_batch", type=int,
+                      help="lines per decoded batch (default: the config's decode_batch_size)")
+  parser.add_argument("--max_wait_ms", type=float, default=5.0,
+                      help="how long a line waits for others to fill its batch (default 5)")
+  parser.add_argument("--max_queue", type=int, default=1024,
+                      help="lines waiting at most; beyond, 503 (default 1024)")
+  parser.add_argument("--workers", type=int, default=2,
+                      help="batches decoded at once (default 2)")
+  parser.add_argument("--max_lines", type=int, default=256, help="lines per request (413 beyond)")
+  parser.add_argument("--max_chars", type=int, default=2000,
+                      help="characters per line (413 beyond)")
+  parser.add_argument("--max_beam", type=int, default=16, help="largest beam_size a request "
+                                                               "may ask for")
+  parser.add_argument("--warmup_pieces", type=int,
+                      help="compile at start-up the batch shapes of lines up to this many pieces "
+                           "(default: the model's max_len - 1; 0: none)")
+  parser.add_argument("--threads", type=int, default=0,
+                      help="--engine ctranslate2: its threads (default 0: all cores)")
+  return parser
+
+
+def _engine(args: argparse.Namespace, translator: inference.Translator, max_batch: int):
+  from t2t_jax.serve import engines  # pylint: disable=import-outside-toplevel  (the serve extra)
+  if args.engine == "jax":
+    return engines.JaxEngine(translator, max_batch)
+  if args.checkpoint is not None:
+    raise ValueError("--engine ctranslate2 exports the work directory's parameters; "
+                     "--checkpoint is for --engine jax")
+  return engines.CTranslate2Engine.from_workdir(args.workdir, translator, max_batch,
+                                                threads=args.threads, average=args.average)
+
+
+@cli.command
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  args = _parser().parse_args(argv)
+  if not pathlib.Path(args.workdir).is_dir():
+    raise FileNotFoundError(f"work directory {args.workdir} does not exist: "
+                            f"{workdir_lib.TRAIN_FIRST}")
+  try:
+    from t2t_jax.serve import app as app_lib  # pylint: disable=import-outside-toplevel
+    from t2t_jax.serve import engines  # pylint: disable=import-outside-toplevel
+    from t2t_jax.serve import protocol  # pylint: disable=import-outside-toplevel
+  except ImportError as e:
+    raise RuntimeError(f"{e}: the serve extra is not installed: pip install -e .[serve]") from None
+  compile_cache.enable()
+  overrides = {name: value for name, value in (
+      ("beam_size", args.beam_size), ("alpha", args.alpha),
+      ("max_decode_extra", args.max_decode_extra)) if value is not None}
+  translator = inference.Translator(args.checkpoint or args.workdir, average=args.average,
+                                    **overrides)
+  max_batch = args.max_batch or translator.cfg.decode_batch_size
+  engine = _engine(args, translator, max_batch)
+  settings = engines.Settings(beam_size=translator.cfg.beam_size)
+  pieces = translator.cfg.max_len - 1 if args.warmup_pieces is None else args.warmup_pieces
+  options = app_lib.Options(
+      max_batch=max_batch, max_queue=args.max_queue, max_wait=args.max_wait_ms / 1000,
+      workers=args.workers, limits=protocol.Limits(args.max_lines, args.max_chars, args.max_beam))
+  app = app_lib.create_app(
+      engine, options, attention=functools.partial(engines.attention, translator),
+      warm_up=lambda: log.info("compiled %d batch shapes", engine.warm_up(pieces, settings)))
+  app_lib.serve(app, args.host, args.port,
+                f"serving {args.workdir} ({engine.name} engine) on http://{{}}/")
+
+
+if __name__ == "__main__":
+  main()

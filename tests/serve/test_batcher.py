@@ -1,0 +1,120 @@
+"""The batcher: shared batches, fairness, a bounded queue, cancellation, draining."""
+
+import concurrent.futures
+
+import pytest
+
+from t2t_jax.serve import batcher as batcher_lib
+from t2t_jax.serve import engines
+
+from fake_engine import WAIT, FakeEngine, wait_until
+
+BEAM = engines.Settings(beam_size=4)
+
+
+def _batcher(engine, **options):
+  options = {"max_batch": 4, "max_queue": 16, "max_wait": 0.0, "workers": 1, **options}
+  batcher = batcher_lib.Batcher(engine.translate, **options)
+  batcher.start()
+  return batcher
+
+
+def _texts(future):
+  return [t.text for t in future.result(WAIT)]
+
+
+def _busy(engine, batcher):
+  """Holds the only worker in a batch, so that what is submitted next queues up."""
+  engine.gate.clear()
+  first = batcher.submit(["first"], BEAM)
+  assert engine.started.wait(WAIT)
+  return first
+
+
+def test_lines_of_concurrent_requests_share_a_batch_and_come_back_in_order():
+  engine = FakeEngine()
+  batcher = _batcher(engine, max_batch=8)
+  first = _busy(engine, batcher)
+  a = batcher.submit(["a1", "a2"], BEAM)
+  b = batcher.submit(["b1", "b2", "b3"], BEAM)
+  engine.gate.set()
+  assert _texts(a) == ["A1 0", "A2 0"] and _texts(b) == ["B1 0", "B2 0", "B3 0"]
+  assert _texts(first) == ["FIRST 0"]
+  assert sorted(engine.batches[1]) == ["a1", "a2", "b1", "b2", "b3"]
+  batcher.stop()
+
+
+def test_a_long_request_is_split_so_a_short_one_rides_in_the_next_batch():
+  engine = FakeEngine()
+  batcher = _batcher(engine, max_batch=4)
+  _busy(engine, batcher)
+  long = batcher.submit([f"l{i}" for i in range(10)], BEAM)
+  short = batcher.submit(["s"], BEAM)
+  engine.gate.set()
+  assert _texts(short) == ["S 0"] and len(_texts(long)) == 10
+  assert "s" in engine.batches[1]                     # not after all of the long request
+  assert [len(b) for b in engine.batches[1:]] == [4, 4, 3]
+  batcher.stop()
+
+
+def test_lines_with_other_settings_never_share_a_batch():
+  engine = FakeEngine()
+  batcher = _batcher(engine, max_batch=8)
+  _busy(engine, batcher)
+  a = batcher.submit(["a"], BEAM)
+  b = batcher.submit(["b"], engines.Settings(beam_size=4, n_best=2))
+  engine.gate.set()
+  assert _texts(a) == ["A 0"] and [h.text for h in b.result(WAIT)[0].hypotheses] == ["B 0", "B 1"]
+  assert engine.batches[1:] == [["a"], ["b"]]
+  batcher.stop()
+
+
+def test_a_full_queue_refuses_at_once_and_a_cancelled_request_frees_its_lines():
+  engine = FakeEngine()
+  batcher = _batcher(engine, max_queue=5)
+  _busy(engine, batcher)
+  waiting = batcher.submit(["w1", "w2", "w3"], BEAM)
+  with pytest.raises(batcher_lib.Overloaded, match="at most 5 lines"):
+    batcher.submit(["x", "y", "z"], BEAM)
+  assert batcher.queued == 3
+  batcher.cancel(waiting)
+  assert batcher.queued == 0 and waiting.cancelled()
+  later = batcher.submit(["x", "y", "z"], BEAM)       # fits now
+  engine.gate.set()
+  assert _texts(later) == ["X 0", "Y 0", "Z 0"]
+  assert all("w1" not in batch for batch in engine.batches)
+  batcher.stop()
+
+
+def test_stop_finishes_the_queued_lines_then_refuses_new_ones():
+  engine = FakeEngine()
+  batcher = _batcher(engine)
+  first = _busy(engine, batcher)
+  queued = batcher.submit(["q"], BEAM)
+  with concurrent.futures.ThreadPoolExecutor(1) as pool:
+    stopping = pool.submit(batcher.stop)
+    wait_until(lambda: batcher._stopping, "the batcher stops")  # pylint: disable=protected-access
+    with pytest.raises(batcher_lib.Stopped):
+      batcher.submit(["late"], BEAM)
+    engine.gate.set()
+    stopping.result(WAIT)
+  assert _texts(first) == ["FIRST 0"] and _texts(queued) == ["Q 0"]
+
+
+def test_a_failed_batch_fails_its_requests_and_the_batcher_goes_on():
+  engine = FakeEngine()
+  calls = []
+
+  def translate(lines, settings):
+    calls.append(lines)
+    if len(calls) == 1:
+      raise ValueError("engine broke")
+    return engine.translate(lines, settings)
+
+  batcher = batcher_lib.Batcher(translate, max_batch=4, max_queue=16, max_wait=0.0, workers=1)
+  batcher.start()
+  failed = batcher.submit(["a"], BEAM)
+  with pytest.raises(ValueError, match="engine broke"):
+    failed.result(WAIT)
+  assert _texts(batcher.submit(["b"], BEAM)) == ["B 0"]
+  batcher.stop()
