@@ -275,6 +275,7 @@ def serve(app: fastapi.FastAPI, host: str, port: int, banner: str = "serving on 
   sock = socket.socket(family, socket.SOCK_STREAM)
   sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
   sock.bind((host, port))
+  sock.listen(2048)   # connections made from now on wait for uvicorn's start
   bound = sock.getsockname()
   log.info(banner.format(f"[{bound[0]}]:{bound[1]}" if family == socket.AF_INET6
                          else f"{bound[0]}:{bound[1]}"))

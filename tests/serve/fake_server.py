@@ -1,0 +1,32 @@
+"""`python tests/serve/fake_server.py GATE`: the server with the fake engine, whose batches wait
+until the file GATE exists (and write GATE.started), for tests that signal a real process."""
+
+import pathlib
+import sys
+import time
+
+from t2t_jax import cli
+from t2t_jax.serve import app as app_lib
+
+from fake_engine import FakeEngine
+
+
+class FileGate:
+  def __init__(self, path: pathlib.Path):
+    self.path = path
+
+  def wait(self, timeout: float) -> bool:
+    pathlib.Path(f"{self.path}.started").touch()
+    for _ in range(int(timeout * 100)):
+      if self.path.exists():
+        return True
+      time.sleep(0.01)
+    return False
+
+
+if __name__ == "__main__":
+  cli.setup_logging()
+  engine = FakeEngine()
+  engine.gate = FileGate(pathlib.Path(sys.argv[1]))
+  app_lib.serve(app_lib.create_app(engine, app_lib.Options(max_wait=0.0, workers=1)),
+                "127.0.0.1", 0)
