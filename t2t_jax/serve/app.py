@@ -33,7 +33,7 @@ from starlette import exceptions as starlette_exceptions
 from starlette.concurrency import run_in_threadpool
 import uvicorn
 
-from t2t_jax import streaming
+from t2t_jax.inference import streaming
 from t2t_jax.serve import batcher as batcher_lib
 from t2t_jax.serve import engines
 from t2t_jax.serve import metrics as metrics_lib

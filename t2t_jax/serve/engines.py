@@ -26,16 +26,16 @@ from typing import Any, Optional, Sequence
 
 import numpy as np
 
-from t2t_jax import alignment
-from t2t_jax import buckets
-from t2t_jax import decode
-from t2t_jax import engines as export_engines
-from t2t_jax import export
-from t2t_jax import generate
 from t2t_jax import inference
-from t2t_jax import streaming
-from t2t_jax import visualize
+from t2t_jax.data import buckets
+from t2t_jax.decoding import alignment
+from t2t_jax.decoding import decode
+from t2t_jax.decoding import generate
+from t2t_jax.export import convert as export
+from t2t_jax.export import engines as export_engines
 from t2t_jax.ids import EOS_ID
+from t2t_jax.inference import streaming
+from t2t_jax.inference import visualize
 
 log = logging.getLogger(__name__)
 

@@ -14,7 +14,7 @@ SERVER_FLAGS = ["--max_batch", "2", "--warmup_pieces", "6", "--max_wait_ms", "20
 @pytest.fixture(scope="session")
 def jax_server(trained_workdir):
   """The process and its (host, port); stopped with SIGTERM at the end (exit status 0)."""
-  process = processes.start(["-m", "t2t_jax.serve_cli", "--workdir", str(trained_workdir),
+  process = processes.start(["-m", "t2t_jax.cli.serve", "--workdir", str(trained_workdir),
                              "--port", "0", *SERVER_FLAGS])
   yield process
   assert process.stop() == 0, "".join(process.log[-20:])

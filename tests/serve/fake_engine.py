@@ -18,7 +18,7 @@ from typing import Any, Iterator, Optional
 
 import uvicorn
 
-from t2t_jax import streaming
+from t2t_jax.inference import streaming
 
 WAIT = 60   # seconds: the bound of every wait in these tests (none is timed)
 

@@ -5,7 +5,7 @@ import pathlib
 import sys
 import time
 
-from t2t_jax import cli
+from t2t_jax.cli import flags as cli
 from t2t_jax.serve import app as app_lib
 
 from fake_engine import FakeEngine

@@ -54,7 +54,7 @@ def test_the_ctranslate2_engine_exports_on_first_use_and_agrees_without_length_p
     trained_workdir, tmp_path):
   pytest.importorskip("ctranslate2")
   workdir = pathlib.Path(trained_workdir)
-  server = processes.start(["-m", "t2t_jax.serve_cli", "--workdir", str(workdir), "--port", "0",
+  server = processes.start(["-m", "t2t_jax.cli.serve", "--workdir", str(workdir), "--port", "0",
                             "--engine", "ctranslate2", "--alpha", "0", "--warmup_pieces", "0"])
   try:
     answer = _translate(server.address, LINES[:4] + [""], n_best=2)

@@ -28,10 +28,10 @@ import logging
 import pathlib
 from typing import Optional, Sequence
 
-from t2t_jax import cli
-from t2t_jax import compile_cache
 from t2t_jax import inference
-from t2t_jax import workdir as workdir_lib
+from t2t_jax.cli import flags as cli
+from t2t_jax.runtime import compile_cache
+from t2t_jax.runtime import workdir as workdir_lib
 
 log = logging.getLogger("t2t-serve")
 
