@@ -216,6 +216,21 @@ def add_process_flags(p: argparse.ArgumentParser) -> None:
   group.add_argument("--process_id", type=int, metavar="I", help="this process: 0 .. N-1")
 
 
+def add_search_flags(p: argparse.ArgumentParser) -> None:
+  """--beam_size, --alpha, --max_decode_extra: the decoding defaults a command may override."""
+  p.add_argument("--beam_size", type=int, help="default: the config's (4)")
+  p.add_argument("--alpha", type=float,
+                 help="length penalty exponent; default: the config's (0.6)")
+  p.add_argument("--max_decode_extra", type=int,
+                 help="max output length = input length + this; default: the config's (50)")
+
+
+def search_overrides(args: argparse.Namespace) -> dict[str, Any]:
+  """The config fields `add_search_flags`' flags set, {field: value}."""
+  return {name: getattr(args, name) for name in ("beam_size", "alpha", "max_decode_extra")
+          if getattr(args, name) is not None}
+
+
 def joins_processes(args: argparse.Namespace) -> bool:
   """Whether `add_process_flags`' flags (or their environment variables) ask to join a run."""
   env = ("JAX_COORDINATOR_ADDRESS", "JAX_NUM_PROCESSES", "JAX_PROCESS_ID")

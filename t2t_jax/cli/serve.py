@@ -25,13 +25,11 @@ from __future__ import annotations
 import argparse
 import functools
 import logging
-import pathlib
 from typing import Optional, Sequence
 
 from t2t_jax import inference
 from t2t_jax.cli import flags as cli
 from t2t_jax.runtime import compile_cache
-from t2t_jax.runtime import workdir as workdir_lib
 
 log = logging.getLogger("t2t-serve")
 
@@ -45,12 +43,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="use the averaged checkpoint if there is one (--no-average: the latest)")
   parser.add_argument("--engine", choices=("jax", "ctranslate2"), default="jax",
                       help="what decodes (default jax; ctranslate2: the work directory's export)")
-  parser.add_argument("--beam_size", type=int,
-                      help="a request's default beam size; default: the config's (4)")
-  parser.add_argument("--alpha", type=float,
-                      help="length penalty exponent; default: the config's (0.6)")
-  parser.add_argument("--max_decode_extra", type=int,
-                      help="max output length = input length + this; default: the config's (50)")
+  cli.add_search_flags(parser)   # --beam_size: a request's default
   parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
   parser.add_argument("--port", type=int, default=8000, help="port (0: any free one)")
   parser.add_argument("--max_batch", type=int,
@@ -88,9 +81,6 @@ def _engine(args: argparse.Namespace, translator: inference.Translator, max_batc
 @cli.command
 def main(argv: Optional[Sequence[str]] = None) -> None:
   args = _parser().parse_args(argv)
-  if not pathlib.Path(args.workdir).is_dir():
-    raise FileNotFoundError(f"work directory {args.workdir} does not exist: "
-                            f"{workdir_lib.TRAIN_FIRST}")
   try:
     from t2t_jax.serve import app as app_lib  # pylint: disable=import-outside-toplevel
     from t2t_jax.serve import engines  # pylint: disable=import-outside-toplevel
@@ -98,11 +88,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   except ImportError as e:
     raise RuntimeError(f"{e}: the serve extra is not installed: pip install -e .[serve]") from None
   compile_cache.enable()
-  overrides = {name: value for name, value in (
-      ("beam_size", args.beam_size), ("alpha", args.alpha),
-      ("max_decode_extra", args.max_decode_extra)) if value is not None}
   translator = inference.Translator(args.checkpoint or args.workdir, average=args.average,
-                                    **overrides)
+                                    **cli.search_overrides(args))
   max_batch = args.max_batch or translator.cfg.decode_batch_size
   engine = _engine(args, translator, max_batch)
   settings = engines.Settings(beam_size=translator.cfg.beam_size)

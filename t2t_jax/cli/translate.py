@@ -57,11 +57,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="the training run's work directory (or one of its checkpoints)")
   parser.add_argument("--input", help="source sentences, one per line (default: stdin)")
   parser.add_argument("--output", help="where to write translations (default: stdout)")
-  parser.add_argument("--beam_size", type=int, help="default: the config's (4)")
-  parser.add_argument("--alpha", type=float,
-                      help="length penalty exponent; default: the config's (0.6)")
-  parser.add_argument("--max_decode_extra", type=int,
-                      help="max output length = input length + this; default: the config's (50)")
+  cli.add_search_flags(parser)
   parser.add_argument("--batch_size", type=int, help="sentences per batch; default: the config's")
   parser.add_argument("--average", action=argparse.BooleanOptionalAction, default=True,
                       help="use the averaged checkpoint if there is one (--no-average: the latest)")
@@ -115,10 +111,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   if not pathlib.Path(args.workdir).is_dir():
     raise FileNotFoundError(f"work directory {args.workdir} does not exist: "
                             f"{workdir_lib.TRAIN_FIRST}")
-  overrides = {name: value for name, value in (
-      ("beam_size", args.beam_size), ("alpha", args.alpha),
-      ("max_decode_extra", args.max_decode_extra), ("decode_batch_size", args.batch_size))
-               if value is not None}
+  overrides = cli.search_overrides(args)
+  if args.batch_size is not None:
+    overrides["decode_batch_size"] = args.batch_size
   compile_cache.enable()  # before anything compiles; T2T_JAX_COMPILATION_CACHE=off disables
   translator = inference.Translator(args.workdir, average=args.average, ensemble=args.ensemble,
                                     **overrides)
