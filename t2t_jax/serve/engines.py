@@ -110,6 +110,14 @@ class JaxEngine:
     return len(shapes)
 
 
+def _export_is_current(workdir: pathlib.Path, model_bin: pathlib.Path) -> bool:
+  # A new checkpoint (or average) adds an entry to its folder, which updates the folder's time.
+  if not model_bin.is_file():
+    return False
+  folders = [workdir / name for name in ("checkpoints", "averaged") if (workdir / name).is_dir()]
+  return all(folder.stat().st_mtime <= model_bin.stat().st_mtime for folder in folders)
+
+
 class CTranslate2Engine:
   """A CTranslate2 model directory exported from the work directory, fed our pieces."""
 
@@ -133,10 +141,11 @@ class CTranslate2Engine:
   def from_workdir(cls, workdir: str | os.PathLike, translator: inference.Translator,
                    batch_size: int, threads: int = 0, average: bool = True
                    ) -> "CTranslate2Engine":
-    """The export in WORKDIR/ctranslate2, written by `export.export_ctranslate2` if absent."""
+    """The export in WORKDIR/ctranslate2, written by `export.export_ctranslate2` when absent
+    or older than the work directory's checkpoints."""
     model_dir = pathlib.Path(workdir) / CTRANSLATE2_DIR
-    if not (model_dir / "model.bin").is_file():
-      log.info("exporting %s to CTranslate2 in %s (first use)", workdir, model_dir)
+    if not _export_is_current(pathlib.Path(workdir), model_dir / "model.bin"):
+      log.info("exporting %s to CTranslate2 in %s", workdir, model_dir)
       export.export_ctranslate2(workdir, model_dir, average=average, force=True)
     return cls(model_dir, translator, batch_size, threads)
 

@@ -20,10 +20,8 @@ def _server(engine, **options):
   return app_lib.create_app(engine, app_lib.Options(**options))
 
 
-def test_each_line_gets_its_translation_and_n_best_list_in_order():
-  with running(_server(FakeEngine())) as address:
-    status, _, answer = request(address, "POST", "/v1/translate",
-                                {"text": ["a b", "c"], "n_best": 2})
+def test_each_line_gets_its_translation_and_n_best_list_in_order(shared):
+  status, _, answer = request(shared, "POST", "/v1/translate", {"text": ["a b", "c"], "n_best": 2})
   assert status == 200
   assert [t["text"] for t in answer["translations"]] == ["A B 0", "C 0"]
   assert [[h["text"], h["score"]] for h in answer["translations"][1]["nbest"]] == [
@@ -49,19 +47,25 @@ BAD = [
 ]
 
 
+@pytest.fixture(scope="module")
+def shared():
+  """One server for the tests that leave nothing behind in it."""
+  with running(_server(FakeEngine())) as address:
+    yield address
+
+
 @pytest.mark.parametrize("body,status,message", BAD, ids=[m for _, _, m in BAD])
-def test_bad_input_gets_a_one_line_json_error_and_the_server_keeps_serving(body, status, message):
-  with running(_server(FakeEngine())) as address:
-    got, _, answer = request(address, "POST", "/v1/translate", raw=body)
-    assert (got, list(answer)) == (status, ["error"])
-    assert message in answer["error"] and "\n" not in answer["error"]
-    assert request(address, "POST", "/v1/translate", {"text": ["a"]})[0] == 200
+def test_bad_input_gets_a_one_line_json_error_and_the_server_keeps_serving(shared, body, status,
+                                                                          message):
+  got, _, answer = request(shared, "POST", "/v1/translate", raw=body)
+  assert (got, list(answer)) == (status, ["error"])
+  assert message in answer["error"] and "\n" not in answer["error"]
+  assert request(shared, "POST", "/v1/translate", {"text": ["a"]})[0] == 200
 
 
-def test_unknown_routes_and_methods_answer_json_errors():
-  with running(_server(FakeEngine())) as address:
-    assert request(address, "GET", "/v2/nothing")[::2] == (404, {"error": "Not Found"})
-    assert request(address, "GET", "/v1/translate")[::2] == (405, {"error": "Method Not Allowed"})
+def test_unknown_routes_and_methods_answer_json_errors(shared):
+  assert request(shared, "GET", "/v2/nothing")[::2] == (404, {"error": "Not Found"})
+  assert request(shared, "GET", "/v1/translate")[::2] == (405, {"error": "Method Not Allowed"})
 
 
 def test_a_full_queue_answers_503_with_retry_after_and_serves_again_once_drained():
@@ -123,10 +127,9 @@ def test_health_and_requests_answer_503_until_the_warm_up_is_done():
     assert request(address, "POST", "/v1/translate", {"text": ["a"]})[0] == 200
 
 
-def test_the_openapi_page_and_the_web_page_are_served():
-  with running(_server(FakeEngine())) as address:
-    _, _, schema = request(address, "GET", "/openapi.json")
-    assert "/v1/translate" in schema["paths"] and "/v1/attention" in schema["paths"]
-    assert request(address, "GET", "/docs")[0] == 200
-    assert "<canvas id=\"heatmap\"" in request(address, "GET", "/")[2]
-    assert "drawHeatmap" in request(address, "GET", "/static/app.js")[2]
+def test_the_openapi_page_and_the_web_page_are_served(shared):
+  _, _, schema = request(shared, "GET", "/openapi.json")
+  assert "/v1/translate" in schema["paths"] and "/v1/attention" in schema["paths"]
+  assert request(shared, "GET", "/docs")[0] == 200
+  assert "<canvas id=\"heatmap\"" in request(shared, "GET", "/")[2]
+  assert "drawHeatmap" in request(shared, "GET", "/static/app.js")[2]
