@@ -34,7 +34,7 @@ class Limits:
 
   @property
   def max_body(self) -> int:
-    """Bytes of a request body: the lines at 4 UTF-8 bytes a character, JSON escapes aside."""
+    """Bytes of a request body: every line at its longest, each character a 6-byte \\uXXXX escape."""
     return 64 * 1024 + self.max_lines * (self.max_chars * 6 + 16)
 
 
