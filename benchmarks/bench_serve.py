@@ -42,6 +42,7 @@ import time
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TIMEOUT = 600        # seconds: the bound of every wait here
+START_TIMEOUT = 3600  # seconds: a cold warm-up compiles dozens of programs
 
 
 def _post(connection: http.client.HTTPConnection, lines: list[str]) -> tuple[int, dict]:
@@ -63,7 +64,7 @@ class Server:
     threading.Thread(target=self._read, daemon=True).start()
     start = time.monotonic()
     while not self._healthy():
-      if self.proc.poll() is not None or time.monotonic() - start > TIMEOUT:
+      if self.proc.poll() is not None or time.monotonic() - start > START_TIMEOUT:
         self.proc.kill()
         raise RuntimeError("the server did not start:\n" + "".join(self.log[-10:]))
       time.sleep(0.5)
