@@ -35,6 +35,11 @@ from t2t_jax.ids import PAD_ID
 
 log = logging.getLogger(__name__)
 
+
+def one_line(error: BaseException) -> str:
+  text = str(error).strip()
+  return text.splitlines()[0] if text else type(error).__name__
+
 Array = jax.Array
 
 # exp(-1e9 - max) underflows to exactly 0 in float32, and -1e9 + -1e9 is still
@@ -266,13 +271,20 @@ def _attention_core_bwd(residuals, d_out):
 attention_core.defvjp(_attention_core_fwd, _attention_core_bwd)
 
 
-def fused_implementation(dtype: Any, depth: int) -> Optional[str]:
-  """"cudnn" where cuDNN flash attention supports the case (NVIDIA GPU, 16-bit, depth
-  a multiple of 8 up to 128), else None (`attention_core`)."""
-  if (jax.default_backend() == "gpu" and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
+# Platforms whose programs get cuDNN attention: the names jax.default_backend() and the
+# compile-only topologies give NVIDIA GPUs.
+CUDNN_PLATFORMS = ("gpu", "cuda")
+
+
+def fused_implementation(dtype: Any, depth: int, platform: Optional[str] = None) -> str:
+  """The fused attention for `platform`'s programs (default: the backend running this
+  process): "cudnn" where cuDNN flash attention supports the case (NVIDIA GPU,
+  16-bit, depth a multiple of 8 up to 128), else "core" (`attention_core`)."""
+  platform = platform or jax.default_backend()
+  if (platform in CUDNN_PLATFORMS and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
       and depth % 8 == 0 and depth <= 128):
     return "cudnn"
-  return None
+  return "core"
 
 
 # --------------------------------------------------------------------------- modules
@@ -290,8 +302,12 @@ class MultiHeadAttention(nn.Module):
 
   `implementation` "fused" runs `fused_attention` when it can: the mask is a
   `Mask`, d_k == d_v, no window, no attention dropout in this call, and the
-  attention maps are not being collected (`intermediates` not mutable). Everything
-  else, and "reference", goes through `scaled_dot_product_attention`.
+  attention maps are not being collected (`intermediates` not mutable), with the
+  kernel `fused_implementation` picks for the backend running the process.
+  "cudnn" and "core" name that kernel (t2t-compile sets them for its target,
+  kernels.for_platform); "cudnn" that cannot be built is an error naming the
+  layer, never a silent fallback. Everything else, and "reference", goes through
+  `scaled_dot_product_attention`.
   """
   num_heads: int
   d_k: int
@@ -300,7 +316,7 @@ class MultiHeadAttention(nn.Module):
   dropout_rate: float = 0.0          # on the attention probabilities
   dtype: Any = jnp.float32
   kernel_init: Callable = default_kernel_init
-  implementation: str = "fused"      # or "reference"
+  implementation: str = "fused"      # "cudnn", "core" or "reference"
 
   def setup(self):
     dense = lambda features, axis=-1: nn.DenseGeneral(
@@ -316,9 +332,19 @@ class MultiHeadAttention(nn.Module):
     return self.key(inputs_kv), self.value(inputs_kv)
 
   def _fused(self, bias: Union[Array, Mask, None], dropout: bool) -> bool:
-    return (self.implementation == "fused" and isinstance(bias, Mask) and bias.window is None
-            and self.d_k == self.d_v and not dropout
-            and not self.is_mutable_collection("intermediates"))
+    if self.implementation == "reference" or self.is_mutable_collection("intermediates"):
+      return False  # attention maps come from the reference only
+    why = ("the mask is a dense bias" if not isinstance(bias, Mask) else
+           "the attention is windowed" if bias.window is not None else
+           f"d_k={self.d_k} != d_v={self.d_v}" if self.d_k != self.d_v else
+           "attention dropout is on" if dropout else None)
+    if why and self.implementation == "cudnn":
+      raise ValueError(f"attention layer {self._where()}: cuDNN attention cannot run here "
+                       f"({why}); use --config.attention_impl=fused or reference")
+    return why is None
+
+  def _where(self) -> str:
+    return "/".join(self.scope.path) if self.scope is not None else self.name or "?"
 
   def __call__(self, inputs_q: Array, inputs_kv: Optional[Array] = None,
                bias: Union[Array, Mask, None] = None, deterministic: bool = True,
@@ -347,13 +373,16 @@ class MultiHeadAttention(nn.Module):
     return self.out(out)
 
   def _fused_attention(self, q: Array, k: Array, v: Array, mask: Mask) -> Array:
-    implementation = fused_implementation(self.dtype, self.d_k)
-    if implementation is not None:
-      try:
-        return fused_attention(q, k, v, mask, self.dtype, implementation)
-      except (NotImplementedError, RuntimeError, ValueError) as e:  # checked while tracing
-        log.warning("cuDNN attention unavailable (%s); using XLA's", e)
-    return fused_attention(q, k, v, mask, self.dtype)
+    implementation = self.implementation
+    if implementation == "fused":
+      implementation = fused_implementation(self.dtype, self.d_k)
+    if implementation == "core":
+      return fused_attention(q, k, v, mask, self.dtype)
+    try:
+      return fused_attention(q, k, v, mask, self.dtype, implementation)
+    except (NotImplementedError, RuntimeError, ValueError) as e:  # checked while tracing
+      raise ValueError(f"attention layer {self._where()}: {implementation} attention cannot "
+                       f"be built ({one_line(e)}); use --config.attention_impl=core") from e
 
 
 class FeedForward(nn.Module):
