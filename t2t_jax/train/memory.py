@@ -18,7 +18,7 @@ import functools
 import logging
 import math
 import os
-from typing import Optional
+from typing import Callable, Optional
 
 import jax
 import jax.numpy as jnp
@@ -70,7 +70,11 @@ def step_memory(cfg: TransformerConfig, rows: int, length: int, packed: bool = F
 
 
 def device_memory(device: Optional[jax.Device] = None) -> int:
-  """Bytes one device may use: the allocator's limit, or on CPU the host's RAM / devices."""
+  """Bytes one device may use: the allocator's limit, or on CPU the host's RAM / devices.
+
+  An accelerator that reports no limit is an error, never the host's RAM: fitting a
+  GPU or TPU step to the host's memory would pick a micro-batch that cannot run.
+  """
   device = device or jax.local_devices()[0]
   try:
     stats = device.memory_stats() or {}
@@ -78,19 +82,23 @@ def device_memory(device: Optional[jax.Device] = None) -> int:
     stats = {}
   if "bytes_limit" in stats:
     return int(stats["bytes_limit"])
+  if device.platform != "cpu":
+    raise ValueError(
+        f"the {device.platform} device {device.device_kind!r} reports no memory size, so "
+        "the micro-batch that fits cannot be chosen; set --config.max_tokens_per_device "
+        "(t2t-compile --target=... prints the largest that fits)")
   host = os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
   return host // max(1, jax.local_device_count())
 
 
-def fit_rows(cfg: TransformerConfig, length: int, budget: int, max_rows: int,
-             packed: bool = False, device: Optional[jax.Device] = None) -> int:
+def fit_rows(measure: Callable[[int], int], length: int, budget: int, max_rows: int) -> int:
   """The most rows of `length` tokens, at most `max_rows`, whose step fits in `budget` bytes.
 
+  `measure(rows)` is the step's peak bytes per device for `rows` rows (a compile).
   Memory is affine in the rows (fixed state, activations per row), so two
   compiles give the line and a third confirms the choice. Raises ValueError
   when not even one row fits.
   """
-  measure = lambda rows: step_memory(cfg, rows, length, packed, device).peak
   high = max(1, max_rows)
   high_bytes = measure(high)
   if high_bytes <= budget:
@@ -131,20 +139,39 @@ def resolve_max_tokens_per_device(cfg: TransformerConfig, num_global_devices: in
   return cfg.replace(max_tokens_per_device=tokens)
 
 
-def _fit_tokens(cfg: TransformerConfig, num_global_devices: int, length: int, packed: bool,
-                device: Optional[jax.Device]) -> int:
-  device = device or jax.local_devices()[0]
-  limit = device_memory(device)
+@dataclasses.dataclass(frozen=True)
+class Fit:
+  """The largest micro-step that fits, and the update it gives."""
+  rows: int                   # of the longest length, per device and micro-step
+  max_tokens_per_device: int
+  accum_steps: int            # micro-steps per update of cfg.tokens_per_batch tokens
+  budget: int                 # bytes per device the step had to fit in
+
+
+def fit_tokens(cfg: TransformerConfig, num_global_devices: int, length: int, limit: int,
+               measure: Callable[[int], int]) -> Fit:
+  """The `max_tokens_per_device` whose step, `measure(rows)` peak bytes, fits in
+  `limit` bytes less `cfg.memory_margin`, chosen through the micro-steps per update
+  so that the update splits evenly."""
   budget = int(limit * (1.0 - cfg.memory_margin))
   global_rows = max(1, cfg.tokens_per_batch // length)     # rows of the longest batches
   max_rows = math.ceil(global_rows / num_global_devices)   # one micro-step per update
-  rows = fit_rows(cfg, length, budget, max_rows, packed, device)
+  rows = fit_rows(measure, length, budget, max_rows)
   accum = math.ceil(global_rows / (num_global_devices * rows))
   tokens = math.ceil(cfg.tokens_per_batch / (num_global_devices * accum))
   while tokens > 1 and math.ceil(cfg.tokens_per_batch / (num_global_devices * tokens)) < accum:
     tokens -= 1  # rounding must not give back a micro-step (accum_steps recomputes it)
+  return Fit(rows, tokens, accum, budget)
+
+
+def _fit_tokens(cfg: TransformerConfig, num_global_devices: int, length: int, packed: bool,
+                device: Optional[jax.Device]) -> int:
+  device = device or jax.local_devices()[0]
+  limit = device_memory(device)
+  fit = fit_tokens(cfg, num_global_devices, length, limit,
+                   lambda rows: step_memory(cfg, rows, length, packed, device).peak)
   log.info("Memory: %.2f GiB per device (%s); a micro-step of %d rows x %d tokens fits "
            "with a %.0f%% margin: max_tokens_per_device=%d, %d micro-step(s) per update",
-           limit / GiB, device.device_kind, rows, length, 100 * cfg.memory_margin, tokens,
-           accum)
-  return tokens
+           limit / GiB, device.device_kind, fit.rows, length, 100 * cfg.memory_margin,
+           fit.max_tokens_per_device, fit.accum_steps)
+  return fit.max_tokens_per_device
