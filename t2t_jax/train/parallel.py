@@ -58,6 +58,18 @@ def unreplicate(tree: Any) -> Any:
   return jax.tree.map(lambda x: x.addressable_data(0)[0], tree)
 
 
+def fetch_first(tree: Any, stacked: bool = True) -> Any:
+  """This process's first copy of a placed pytree as NumPy arrays, by a transfer alone.
+
+  Indexing the stacked copy on the device (`unreplicate`) would be a computation
+  queued behind the step dispatched after it: reading step t's metrics would wait
+  for step t+1 and leave the device idle while the host prepares t+2. A transfer
+  waits only for the buffer it reads; the [0] happens on the host.
+  """
+  first = jax.device_get(jax.tree.map(lambda x: x.addressable_data(0), tree))
+  return jax.tree.map(lambda x: np.asarray(x)[0], first) if stacked else first
+
+
 def shard_batch(batch: dict[str, np.ndarray],
                 devices: Optional[Sequence[jax.Device]] = None) -> dict[str, jax.Array]:
   """Puts a host batch `[local_devices, ...]` on the devices, one slice each (async)."""
@@ -126,6 +138,7 @@ class DataParallel:
   put_state: Callable   # host pytree -> placed on every device
   put_batch: Callable   # host batch [local_devices, ...] -> placed, one slice per device
   get: Callable         # placed pytree -> this process's first copy (device arrays)
+  fetch: Callable       # placed metrics -> this process's first copy on the host, no device op
 
 
 def data_parallel(cfg: TransformerConfig, optimizer: optax.GradientTransformation
@@ -134,7 +147,7 @@ def data_parallel(cfg: TransformerConfig, optimizer: optax.GradientTransformatio
   if cfg.parallelism == "pmap":
     return DataParallel(train_step=pmap_train_step(cfg, optimizer),
                         eval_step=pmap_eval_step(cfg), put_state=replicate,
-                        put_batch=shard_batch, get=unreplicate)
+                        put_batch=shard_batch, get=unreplicate, fetch=fetch_first)
   if cfg.parallelism != "shard_map":
     raise ValueError(f"parallelism={cfg.parallelism!r}: use one of {PARALLELISMS}")
   mesh = Mesh(np.array(jax.devices()), (AXIS,))
@@ -155,4 +168,5 @@ def data_parallel(cfg: TransformerConfig, optimizer: optax.GradientTransformatio
   return DataParallel(train_step=jit_shard_map_train_step(cfg, optimizer, mesh),
                       eval_step=jit_shard_map_eval_step(cfg, mesh), put_state=put_state,
                       put_batch=put_batch,
-                      get=lambda tree: jax.tree.map(lambda x: x.addressable_data(0), tree))
+                      get=lambda tree: jax.tree.map(lambda x: x.addressable_data(0), tree),
+                      fetch=lambda tree: fetch_first(tree, stacked=False))

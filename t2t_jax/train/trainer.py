@@ -265,7 +265,8 @@ class Trainer:
 
   def read_metrics(self, step: int, metrics: Any, window: _Window) -> None:
     """Blocks on one step's metrics; stops the run on a NaN/inf loss or gradient."""
-    host = {k: float(v) for k, v in jax.device_get(self.devices.get(metrics)).items()}
+    # A transfer, not a device op: it waits for this step only, never for the next one.
+    host = {k: float(v) for k, v in self.devices.fetch(metrics).items()}
     if not (math.isfinite(host["loss"]) and math.isfinite(host["grad_norm"])):
       raise FloatingPointError(
           f"training diverged at step {step}: loss {host['loss']}, gradient norm "
