@@ -1,10 +1,12 @@
 """Installs t2t_jax with its console scripts.
 
 The package needs requirements-core.txt; each extra has a file of its own:
-`notebook` (requirements-notebook.txt), `test` (requirements-test.txt) and
+`notebook` (requirements-notebook.txt), `test` (requirements-test.txt),
 `export` (requirements-export.txt: t2t-export, the comparison with transformers
-and CTranslate2), `serve` (requirements-serve.txt: t2t-serve and its browser test). requirements.txt gathers core, notebook and test for the
-README's two commands.
+and CTranslate2), `serve` (requirements-serve.txt: t2t-serve and its browser
+test) and `accelerators` (requirements-accelerators.txt: the CUDA and TPU
+compilers t2t-compile uses, no device needed). requirements.txt gathers core,
+notebook and test for the README's two commands.
 """
 
 import pathlib
@@ -26,7 +28,7 @@ setuptools.setup(
     python_requires=">=3.11",
     install_requires=_requirements("requirements-core.txt"),
     extras_require={extra: _requirements(f"requirements-{extra}.txt")
-                    for extra in ("notebook", "test", "export", "serve")},
+                    for extra in ("notebook", "test", "export", "serve", "accelerators")},
     package_data={"t2t_jax.serve": ["static/*"]},  # the page t2t-serve serves
     entry_points={
         "console_scripts": [
@@ -34,6 +36,7 @@ setuptools.setup(
             "t2t-translate=t2t_jax.cli.translate:main",
             "t2t-average-checkpoints=t2t_jax.cli.average:main",
             "t2t-export=t2t_jax.cli.export:main",
+            "t2t-compile=t2t_jax.compile_cli:main",
             "t2t-serve=t2t_jax.cli.serve:main",
         ],
     },

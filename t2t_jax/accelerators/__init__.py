@@ -1,0 +1,1 @@
+"""Programs for accelerators this host may not have: targets, compile, predict (t2t-compile)."""

@@ -1,0 +1,150 @@
+"""The training, eval and decoding steps compiled for an accelerator this host does not have.
+
+    target = targets.get("h100")
+    program = aot.compile_train_step(cfg, target, rows=97, length=256)
+    program.memory.peak, program.cost["flops"], program.cudnn_attention_calls
+
+Each step is the one the training loop (or the translator) runs, traced on
+shapes only and compiled by the target's own compiler on compile-only devices
+(targets.topology): the train step is `parallel.jit_shard_map_train_step`,
+data parallel over the target's devices with the state donated (the pmap step's
+tested twin), with its gradient accumulation and packed rows; the model's
+kernels are those of the target's platform (`kernels.for_platform`). Nothing is
+allocated and nothing runs.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import functools
+import re
+from typing import Any, Callable
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec as P
+
+from t2t_jax import memory
+from t2t_jax import model as model_lib
+from t2t_jax import optim
+from t2t_jax import parallel
+from t2t_jax import steps
+from t2t_jax.accelerators import kernels
+from t2t_jax.accelerators.targets import Target, topology
+from t2t_jax.configs import TransformerConfig
+
+# The custom call XLA's GPU compiler emits for a cuDNN fused attention (forward or backward).
+_CUDNN_ATTENTION = re.compile(r'custom_call_target="__cudnn\$fmha[^"]*"')
+
+
+@dataclasses.dataclass(frozen=True)
+class Program:
+  """One compiled step: what its compiler says about memory and cost, per device."""
+  memory: memory.StepMemory
+  cost: dict[str, float]          # compiled.cost_analysis(): "flops", "bytes accessed", ...
+  cudnn_attention_calls: int      # cuDNN fused-attention kernels in the program
+  hlo: str = dataclasses.field(repr=False, default="")
+
+
+def optimized_cost(compiled) -> dict[str, float]:
+  """XLA's cost analysis of the optimized program, as its compiler built it.
+
+  libtpu attaches it (with its cost model's `optimal_seconds`); the CUDA plugin
+  attaches none, so its optimized module goes through XLA's target-independent
+  `HloCostAnalysis` (run by the host's backend): FLOPs of every dot and
+  elementwise op, bytes of every kernel's operands and results after fusion.
+  cuBLAS/cuDNN custom calls count no FLOPs there (predict.py adds cuDNN's).
+  """
+  cost = compiled.cost_analysis()
+  cost = cost[0] if isinstance(cost, (list, tuple)) else cost  # older JAX: one dict per program
+  if cost:
+    return cost
+  from jax._src import xla_bridge  # pylint: disable=import-outside-toplevel
+  from jax._src.lib import _jax  # pylint: disable=import-outside-toplevel
+  module, = compiled.runtime_executable().hlo_modules()
+  return _jax.hlo_module_cost_analysis(xla_bridge.get_backend("cpu"), module)
+
+
+def _program(compiled) -> Program:
+  stats = compiled.memory_analysis()
+  cost = optimized_cost(compiled)
+  hlo = compiled.as_text()
+  return Program(memory.StepMemory(stats.argument_size_in_bytes, stats.output_size_in_bytes,
+                                   stats.alias_size_in_bytes, stats.temp_size_in_bytes),
+                 {k: float(v) for k, v in (cost or {}).items()},
+                 len(_CUDNN_ATTENTION.findall(hlo)), hlo)
+
+
+def mesh(target: Target) -> jax.sharding.Mesh:
+  """A 1-D "batch" mesh over `target`'s compile-only devices, as parallel.py's."""
+  devices = topology(target).devices
+  return jax.sharding.Mesh(np.array(devices), (parallel.AXIS,))
+
+
+def _placed(tree: Any, sharding: NamedSharding) -> Any:
+  return jax.tree.map(lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=sharding), tree)
+
+
+@functools.lru_cache(maxsize=16)  # fitting compiles a few sizes; the plan reuses its choice
+def compile_train_step(cfg: TransformerConfig, target: Target, rows: int, length: int,
+                       accum_steps: int = 1, packed: bool = True) -> Program:
+  """The training loop's update for micro-batches of [rows, length] on each device.
+
+  `accum_steps` micro-steps per update (lax.scan: one is compiled, so memory does
+  not grow with them; time does).
+  """
+  cfg = kernels.for_platform(cfg, target.platform)
+  m = mesh(target)
+  optimizer = optim.make_optimizer(cfg)
+  state = jax.eval_shape(functools.partial(steps.create_train_state, cfg, optimizer),
+                         jax.random.key(0))
+  names = ("inputs", "targets") + (steps.SEGMENT_KEYS if packed else ())
+  split = NamedSharding(m, P(parallel.AXIS))
+  batch = {n: jax.ShapeDtypeStruct((target.devices, accum_steps, rows, length), jnp.int32,
+                                   sharding=split) for n in names}
+  key = _placed(jax.eval_shape(lambda: jax.random.key(0)), NamedSharding(m, P()))
+  step = parallel.jit_shard_map_train_step(cfg, optimizer, m)
+  return _program(step.lower(_placed(state, NamedSharding(m, P())), batch, key).compile())
+
+
+def compile_eval_step(cfg: TransformerConfig, target: Target, rows: int, length: int) -> Program:
+  """The dev-set evaluation of [rows, length] unpacked rows per device."""
+  cfg = kernels.for_platform(cfg, target.platform)
+  m = mesh(target)
+  params = jax.eval_shape(functools.partial(model_lib.init_params, cfg), jax.random.key(0))
+  batch = {n: jax.ShapeDtypeStruct((target.devices, 1, rows, length), jnp.int32,
+                                   sharding=NamedSharding(m, P(parallel.AXIS)))
+           for n in ("inputs", "targets")}
+  step = parallel.jit_shard_map_eval_step(cfg, m)
+  return _program(step.lower(_placed(params, NamedSharding(m, P())), batch).compile())
+
+
+def compile_decode_step(cfg: TransformerConfig, target: Target, sentences: int,
+                        source_length: int, max_decode_len: int) -> Program:
+  """One cached beam-search position for `sentences` x `cfg.beam_size` rows on one device,
+  as decode.py runs it (vocabulary-major logits, unordered self-attention cache)."""
+  cfg = kernels.for_platform(cfg, target.platform)
+  one = NamedSharding(jax.sharding.Mesh(np.array(topology(target).devices[:1]), ("x",)), P())
+  params = jax.eval_shape(functools.partial(model_lib.init_params, cfg), jax.random.key(0))
+  inputs = jax.ShapeDtypeStruct((sentences, source_length), jnp.int32)
+  cache = jax.eval_shape(functools.partial(model_lib.init_cache, cfg, max_decode_len=max_decode_len),
+                         params, inputs)
+  rows = sentences * cfg.beam_size
+  # The search keeps the per-position parts once per hypothesis (decode_cache.tile).
+  from t2t_jax import decode_cache  # pylint: disable=import-outside-toplevel
+  cache = jax.eval_shape(lambda c: decode_cache.tile(c, cfg.beam_size), cache)
+  tokens = jax.ShapeDtypeStruct((rows,), jnp.int32)
+  position = jax.ShapeDtypeStruct((), jnp.int32)
+  step = jax.jit(functools.partial(model_lib.decode_step, cfg, vocab_major=True))
+  args = (_placed(params, one), _placed(cache, one), _placed(tokens, one), _placed(position, one))
+  return _program(step.lower(*args).compile())
+
+
+def fit(cfg: TransformerConfig, target: Target, length: int, packed: bool = True
+        ) -> memory.Fit:
+  """memory.py's fitting of `max_tokens_per_device`, measured by `target`'s compiler
+  against its device memory (less `cfg.memory_margin`)."""
+  measure: Callable[[int], int] = lambda rows: compile_train_step(
+      cfg, target, rows, length, packed=packed).memory.peak
+  return memory.fit_tokens(cfg, target.devices, length, target.memory_bytes, measure)

@@ -1,0 +1,78 @@
+"""Predicted step time, throughput and MFU of a compiled program: predictions, not measurements.
+
+TPU: XLA's own cost model, which libtpu's compiler attaches to the program as
+`optimal_seconds` (its estimate of the program's run time on the chip).
+GPU: no cost model is exposed, so a roofline from the program's totals
+(`cost_analysis()`: "flops", "bytes accessed") against the device's peak and
+HBM bandwidth, under the assumptions `GPU_ASSUMPTIONS` states (t2t-compile
+prints them). Model FLOPs (for MFU) are flops.py's count, not the program's.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Optional
+
+from t2t_jax import flops as flops_lib
+from t2t_jax.accelerators.targets import Target
+from t2t_jax.configs import TransformerConfig
+
+GPU_ASSUMPTIONS = (
+    "GPU roofline (no cost model is exposed for GPUs): predicted time = the program's FLOPs at "
+    "the dense bf16 peak + its bytes accessed at the HBM bandwidth, i.e. no overlap of compute "
+    "and memory traffic (an upper bound of a per-kernel roofline; the lower bound, max of the "
+    "two, is printed beside it); cuDNN attention kernels count at the FLOPs flops.py gives "
+    "them (their custom calls report none); no launch overheads, no collectives (one GPU)")
+
+
+@dataclasses.dataclass(frozen=True)
+class Prediction:
+  """One update's predicted figures on one target (every field is a prediction)."""
+  step_s: float              # one update: accum_steps micro-steps and the optimizer
+  micro_step_s: float
+  lower_bound_s: float       # GPU: max(compute, memory) roofline; TPU: = micro_step_s
+  tokens_per_s: float        # target tokens of full rows, all devices
+  mfu: float                 # model FLOPs / (step time x devices x peak)
+  hours_to_steps: float      # to cfg.num_train_steps updates
+  basis: str                 # "xla_tpu_cost_model" or "gpu_roofline"
+
+
+def model_flops_per_row(cfg: TransformerConfig, length: int) -> float:
+  """Training FLOPs of one row of `length` source and `length` target tokens, its
+  attention over the whole row (what the kernels compute for a packed row)."""
+  return float(flops_lib.train_flops(cfg, length, length))
+
+
+def attention_flops_per_row(cfg: TransformerConfig, length: int) -> float:
+  """Training FLOPs of a row's attention scores and weighted sums (3 attentions a layer pair)."""
+  h = cfg.num_heads * (cfg.key_depth + cfg.value_depth)
+  return 3.0 * cfg.num_layers * 3 * 2 * length * length * h
+
+
+def micro_step_seconds(cost: dict[str, float], target: Target, extra_flops: float = 0.0
+                       ) -> tuple[float, float, str]:
+  """(predicted seconds, lower bound, basis) of one compiled micro-step on one device."""
+  if not target.is_gpu:
+    if "optimal_seconds" not in cost:
+      raise ValueError(f"the {target.name} compiler gave no cost-model time; its cost "
+                       f"analysis has only {sorted(cost)}")
+    return cost["optimal_seconds"], cost["optimal_seconds"], "xla_tpu_cost_model"
+  compute = (cost.get("flops", 0.0) + extra_flops) / target.peak_bf16_flops
+  memory = cost.get("bytes accessed", 0.0) / target.memory_bandwidth
+  return compute + memory, max(compute, memory), "gpu_roofline"
+
+
+def predict(cfg: TransformerConfig, target: Target, cost: dict[str, float], rows: int,
+            length: int, accum_steps: int, cudnn_attention_calls: int = 0) -> Prediction:
+  """Figures for updates of `accum_steps` micro-steps of [rows, length] per device,
+  from the cost of one compiled micro-step (`cost`, per device)."""
+  # cuDNN custom calls report no FLOPs: add the attention's model FLOPs when they run it.
+  extra = rows * attention_flops_per_row(cfg, length) if cudnn_attention_calls else 0.0
+  micro, lower, basis = micro_step_seconds(cost, target, extra)
+  step = micro * accum_steps
+  tokens = rows * length * target.devices * accum_steps
+  model = model_flops_per_row(cfg, length) * rows * target.devices * accum_steps
+  mfu: Optional[float] = flops_lib.mfu(model, step, target.devices, target.peak_bf16_flops)
+  return Prediction(step_s=step, micro_step_s=micro, lower_bound_s=lower * accum_steps,
+                    tokens_per_s=tokens / step, mfu=float(mfu or 0.0),
+                    hours_to_steps=step * cfg.num_train_steps / 3600.0, basis=basis)
