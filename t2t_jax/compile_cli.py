@@ -22,8 +22,7 @@ from t2t_jax import cli
 from t2t_jax.accelerators import plan as plan_lib
 from t2t_jax.accelerators import predict
 from t2t_jax.accelerators import targets
-
-GiB = 1 << 30
+from t2t_jax.memory import GiB
 
 
 def _parser():

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
+from t2t_jax import decode_cache
 from t2t_jax import memory
 from t2t_jax import model as model_lib
 from t2t_jax import optim
@@ -121,7 +122,8 @@ def compile_eval_step(cfg: TransformerConfig, target: Target, rows: int, length:
 
 
 def compile_decode_step(cfg: TransformerConfig, target: Target, sentences: int,
-                        source_length: int, max_decode_len: int) -> Program:
+                        source_length: int, max_decode_len: int,
+                        vocab_major: bool = True) -> Program:
   """One cached beam-search position for `sentences` x `cfg.beam_size` rows on one device,
   as decode.py runs it (vocabulary-major logits, unordered self-attention cache)."""
   cfg = kernels.for_platform(cfg, target.platform)
@@ -132,11 +134,10 @@ def compile_decode_step(cfg: TransformerConfig, target: Target, sentences: int,
                          params, inputs)
   rows = sentences * cfg.beam_size
   # The search keeps the per-position parts once per hypothesis (decode_cache.tile).
-  from t2t_jax import decode_cache  # pylint: disable=import-outside-toplevel
   cache = jax.eval_shape(lambda c: decode_cache.tile(c, cfg.beam_size), cache)
   tokens = jax.ShapeDtypeStruct((rows,), jnp.int32)
   position = jax.ShapeDtypeStruct((), jnp.int32)
-  step = jax.jit(functools.partial(model_lib.decode_step, cfg, vocab_major=True))
+  step = jax.jit(functools.partial(model_lib.decode_step, cfg, vocab_major=vocab_major))
   args = (_placed(params, one), _placed(cache, one), _placed(tokens, one), _placed(position, one))
   return _program(step.lower(*args).compile())
 

@@ -27,7 +27,8 @@ from typing import Optional
 
 import jax
 
-GiB = 1 << 30
+from t2t_jax import flops
+from t2t_jax.memory import GiB
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,7 +39,6 @@ class Target:
   device_kind: str              # as jax.Device.device_kind reports it (flops.peak_flops)
   devices: int                  # JAX devices in the slice; the programs are data parallel over them
   memory_bytes: int             # HBM one device's programs may use
-  peak_bf16_flops: float        # dense matmul peak, one device
   memory_bandwidth: float       # HBM bytes/s, one device
   topology: str = ""            # TPU: the name get_topology_desc takes ("v5p:2x2x1")
 
@@ -46,22 +46,28 @@ class Target:
   def is_gpu(self) -> bool:
     return self.platform == "cuda"
 
+  @property
+  def peak_bf16_flops(self) -> float:
+    """Dense 16-bit matmul peak of one device: flops.py's table, the one the trainer's MFU uses."""
+    return flops.peak_flops(self.device_kind, "bfloat16")
 
-# Datasheets: NVIDIA H100 SXM5 80GB (989 TFLOPS dense bf16, 3.35 TB/s), A100 SXM4 80GB
-# (312 TFLOPS, 2.04 TB/s); Google Cloud TPU system architecture pages: v5e 197 TFLOPS
-# and 819 GB/s per chip, 16 GiB HBM; v5p 459 TFLOPS and 2765 GB/s per chip, 95 GiB HBM.
-# A v5p chip is one JAX device (megacore); "v5p-8" counts TensorCores: 4 chips.
+
+# Memory and bandwidth: NVIDIA datasheets (H100 SXM5 80GB: 3.35 TB/s; A100 SXM4 80GB:
+# 2.04 TB/s; the byte counts as XLA's GPU spec files) and Google Cloud's TPU system
+# architecture pages (v5e: 16 GiB, 819 GB/s per chip; v5p: 95 GiB, 2765 GB/s). Peaks
+# come from flops.PEAK_TFLOPS by device kind. A v5p chip is one JAX device (megacore):
+# "v5p-8" counts TensorCores, 4 chips; "v5e-8" is 8 chips.
 TARGETS: dict[str, Target] = {t.name: t for t in (
-    Target("h100", "cuda", "NVIDIA H100 80GB HBM3", 1, 84_942_979_072, 989e12, 3.35232e12),
-    Target("a100", "cuda", "NVIDIA A100-SXM4-80GB", 1, 85_100_068_864, 312e12, 2.03904e12),
-    Target("v5e-8", "tpu", "TPU v5 lite", 8, 16 * GiB, 197e12, 819e9, topology="v5e:2x4"),
-    Target("v5e-4", "tpu", "TPU v5 lite", 4, 16 * GiB, 197e12, 819e9, topology="v5e:2x2"),
-    Target("v5p-8", "tpu", "TPU v5", 4, 95 * GiB, 459e12, 2.765e12, topology="v5p:2x2x1"),
+    Target("h100", "cuda", "NVIDIA H100 80GB HBM3", 1, 84_942_979_072, 3.35232e12),
+    Target("a100", "cuda", "NVIDIA A100-SXM4-80GB", 1, 85_100_068_864, 2.03904e12),
+    Target("v5e-8", "tpu", "TPU v5 lite", 8, 16 * GiB, 819e9, topology="v5e:2x4"),
+    Target("v5e-4", "tpu", "TPU v5 lite", 4, 16 * GiB, 819e9, topology="v5e:2x2"),
+    Target("v5p-8", "tpu", "TPU v5", 4, 95 * GiB, 2.765e12, topology="v5p:2x2x1"),
 )}
 
 # GpuTargetConfigProto text per GPU target (the fields jax 0.10.2's XLA reads). Memory,
-# bandwidth, cores and clock as XLA's own spec files; cuDNN 9.8 as jax[cuda12]==0.10.2
-# installs, which is what decides the cuDNN attention kernels that may be emitted.
+# bandwidth, cores and clock as XLA's own spec files; cuDNN 9.8, the oldest that
+# jax[cuda12]==0.10.2 accepts, so that no kernel needs a newer one than a user may have.
 _GPU_SPEC = """gpu_device_info {{
   threads_per_block_limit: 1024
   threads_per_warp: 32
@@ -136,4 +142,7 @@ def topology(target: Target) -> jax.experimental.topologies.TopologyDescription:
     os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")
     return topologies.get_topology_desc(platform="cuda", topology=f"1x1x{target.devices}",
                                         target_config=gpu_target_config(target))
+  # Compile-only: no chip is opened, so libtpu's one-process-per-host lock (which would
+  # fail a second compiling process, e.g. a parallel test worker) does not apply.
+  os.environ.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
   return topologies.get_topology_desc(target.topology, "tpu")
