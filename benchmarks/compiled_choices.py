@@ -1,0 +1,85 @@
+"""Each CPU-tuned choice compiled for an H100 and a TPU both ways: compiler predictions.
+
+    python benchmarks/compiled_choices.py [--targets=h100,v5p-8] [--layers=2] [--rows=16]
+
+Nothing runs: each variant's program is compiled for the target on this host
+(accelerators/aot.py) and compared by what the compiler says. TPU: XLA's cost
+model time (`optimal_seconds`). GPU: FLOPs, bytes accessed and peak memory of
+the optimized program, and the roofline time predict.py derives from them.
+Prints a Markdown table for docs/benchmarks.md ("compiler predictions").
+Reduced model (--layers, base width, 8000-word vocabulary) so that the TPU
+compiles take a minute, not four.
+"""
+
+from __future__ import annotations
+
+import argparse
+import functools
+import os
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
+
+from t2t_jax import configs, topk  # noqa: E402
+from t2t_jax.accelerators import aot, predict, targets  # noqa: E402
+
+
+def _row(target, name, variant, program, extra_flops=0.0):
+  seconds, _, _ = predict.micro_step_seconds(program.cost, target, extra_flops)
+  return (f"| {target.name} | {name} | {variant} | {seconds * 1e3:.3f} | "
+          f"{program.cost.get('flops', 0) / 1e9:.1f} | "
+          f"{program.cost.get('bytes accessed', 0) / 1e9:.2f} | "
+          f"{program.memory.peak / 2**30:.2f} |")
+
+
+def _top_k_program(target, fn, rows, vocab):
+  one = jax.sharding.NamedSharding(
+      jax.sharding.Mesh(np.array(targets.topology(target).devices[:1]), ("x",)),
+      jax.sharding.PartitionSpec())
+  x = jax.ShapeDtypeStruct((rows, vocab), jnp.float32, sharding=one)
+  return aot._program(jax.jit(fn).lower(x).compile())  # pylint: disable=protected-access
+
+
+def main() -> None:
+  parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+  parser.add_argument("--targets", default="h100,v5p-8")
+  parser.add_argument("--layers", type=int, default=2)
+  parser.add_argument("--rows", type=int, default=16)
+  args = parser.parse_args()
+  cfg = configs.get_config("base", num_layers=args.layers, vocab_size=8000, dtype="bfloat16")
+  length = 256
+  print("| target | choice | variant | predicted ms | GFLOP | GB accessed | peak GiB |")
+  print("|---|---|---|---|---|---|---|")
+  for target in map(targets.get, args.targets.split(",")):
+    train = functools.partial(aot.compile_train_step, target=target, rows=args.rows,
+                              length=length)
+    extra = args.rows * predict.attention_flops_per_row(cfg, length)
+    for variant in ("hash", "threefry"):
+      p = train(cfg.replace(dropout_generator=variant))
+      print(_row(target, "dropout masks", variant, p, extra if p.cudnn_attention_calls else 0))
+    for variant in ("core", "reference") + (("cudnn",) if target.is_gpu else ()):
+      p = train(cfg.replace(attention_impl=variant))
+      print(_row(target, "attention (train)", variant, p,
+                 extra if p.cudnn_attention_calls else 0))
+    p = train(cfg.replace(packing=False))
+    print(_row(target, "packing (same rows)", "unpacked", p,
+               extra if p.cudnn_attention_calls else 0))
+    for variant in (True, False):
+      p = aot.compile_decode_step(cfg.replace(num_layers=6, vocab_size=37000), target,
+                                  sentences=64, source_length=64, max_decode_len=114,
+                                  vocab_major=variant)
+      print(_row(target, "decode step logits (64 x beam 4)",
+                 "vocab-major" if variant else "row-major", p))
+    for variant, fn in (("blocked", lambda x: topk.top_k(x, 8)),
+                        ("lax.top_k", lambda x: jax.lax.top_k(x, 8))):
+      print(_row(target, "top-k 8 of 37000, 256 rows", variant,
+                 _top_k_program(target, fn, 256, 37000)))
+    sys.stdout.flush()
+
+
+if __name__ == "__main__":
+  main()
