@@ -36,7 +36,7 @@ setuptools.setup(
             "t2t-translate=t2t_jax.cli.translate:main",
             "t2t-average-checkpoints=t2t_jax.cli.average:main",
             "t2t-export=t2t_jax.cli.export:main",
-            "t2t-compile=t2t_jax.compile_cli:main",
+            "t2t-compile=t2t_jax.cli.compile:main",
             "t2t-serve=t2t_jax.cli.serve:main",
         ],
     },

@@ -25,15 +25,15 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec as P
 
-from t2t_jax import decode_cache
-from t2t_jax import memory
 from t2t_jax import model as model_lib
-from t2t_jax import optim
-from t2t_jax import parallel
-from t2t_jax import steps
 from t2t_jax.accelerators import kernels
 from t2t_jax.accelerators.targets import Target, topology
 from t2t_jax.configs import TransformerConfig
+from t2t_jax.model import decode_cache
+from t2t_jax.train import memory
+from t2t_jax.train import optim
+from t2t_jax.train import parallel
+from t2t_jax.train import steps
 
 # The custom call XLA's GPU compiler emits for a cuDNN fused attention (forward or backward).
 _CUDNN_ATTENTION = re.compile(r'custom_call_target="__cudnn\$fmha[^"]*"')
@@ -144,7 +144,7 @@ def compile_decode_step(cfg: TransformerConfig, target: Target, sentences: int,
 
 def fit(cfg: TransformerConfig, target: Target, length: int, packed: bool = True
         ) -> memory.Fit:
-  """memory.py's fitting of `max_tokens_per_device`, measured by `target`'s compiler
+  """train/memory.py's fitting of `max_tokens_per_device`, measured by `target`'s compiler
   against its device memory (less `cfg.memory_margin`)."""
   measure: Callable[[int], int] = lambda rows: compile_train_step(
       cfg, target, rows, length, packed=packed).memory.peak

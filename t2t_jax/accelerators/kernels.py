@@ -10,8 +10,8 @@ this CPU would. Everything else the comparisons of docs/benchmarks.md
 
 from __future__ import annotations
 
-from t2t_jax import layers
 from t2t_jax.configs import TransformerConfig
+from t2t_jax.model import layers
 
 
 def attention_for_platform(cfg: TransformerConfig, platform: str) -> str:

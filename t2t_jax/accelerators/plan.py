@@ -17,8 +17,8 @@ from t2t_jax.accelerators import aot
 from t2t_jax.accelerators import kernels
 from t2t_jax.accelerators import predict
 from t2t_jax.accelerators.targets import Target
-from t2t_jax.buckets import bucket_lengths
 from t2t_jax.configs import TransformerConfig
+from t2t_jax.data.buckets import bucket_lengths
 
 
 def _micro_batch(cfg: TransformerConfig, target: Target, length: int) -> tuple[int, int, int]:

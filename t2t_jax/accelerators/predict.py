@@ -5,7 +5,7 @@ TPU: XLA's own cost model, which libtpu's compiler attaches to the program as
 GPU: no cost model is exposed, so a roofline from the program's totals
 (`cost_analysis()`: "flops", "bytes accessed") against the device's peak and
 HBM bandwidth, under the assumptions `GPU_ASSUMPTIONS` states (t2t-compile
-prints them). Model FLOPs (for MFU) are flops.py's count, not the program's.
+prints them). Model FLOPs (for MFU) are train/flops.py's count, not the program's.
 """
 
 from __future__ import annotations
@@ -13,9 +13,9 @@ from __future__ import annotations
 import dataclasses
 from typing import Optional
 
-from t2t_jax import flops as flops_lib
 from t2t_jax.accelerators.targets import Target
 from t2t_jax.configs import TransformerConfig
+from t2t_jax.train import flops as flops_lib
 
 GPU_ASSUMPTIONS = (
     "GPU roofline (no cost model is exposed for GPUs): predicted time = the program's FLOPs at "

@@ -27,8 +27,8 @@ from typing import Optional
 
 import jax
 
-from t2t_jax import flops
-from t2t_jax.memory import GiB
+from t2t_jax.train import flops
+from t2t_jax.train.memory import GiB
 
 
 @dataclasses.dataclass(frozen=True)
@@ -48,7 +48,7 @@ class Target:
 
   @property
   def peak_bf16_flops(self) -> float:
-    """Dense 16-bit matmul peak of one device: flops.py's table, the one the trainer's MFU uses."""
+    """Dense 16-bit matmul peak of one device: train/flops.py's table, the one the trainer's MFU uses."""
     return flops.peak_flops(self.device_kind, "bfloat16")
 
 

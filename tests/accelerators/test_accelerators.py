@@ -18,7 +18,9 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import configs, layers, memory, parallel
+from t2t_jax import configs
+from t2t_jax.model import layers
+from t2t_jax.train import memory, parallel
 from t2t_jax.accelerators import aot, kernels, predict, targets
 
 NO_CUDA = pytest.mark.skipif(
@@ -100,7 +102,7 @@ def test_prediction_scales_with_the_micro_steps():
 
 
 def test_compile_command_without_the_compilers_says_what_to_install(monkeypatch, capsys):
-  from t2t_jax import compile_cli  # pylint: disable=import-outside-toplevel
+  from t2t_jax.cli import compile as compile_cli  # pylint: disable=import-outside-toplevel
   monkeypatch.setattr(targets, "available", lambda platform: False)
   with pytest.raises(SystemExit, match=r"needs .* pip install -e '\.\[accelerators\]'"):
     compile_cli.main(["--target=h100", "--config=base"])
@@ -160,7 +162,7 @@ def test_paper_models_fit_at_the_paper_budget(preset, target):
 
 @NO_CUDA
 def test_compile_command_prints_the_figures_last(capsys):
-  from t2t_jax import compile_cli  # pylint: disable=import-outside-toplevel
+  from t2t_jax.cli import compile as compile_cli  # pylint: disable=import-outside-toplevel
   compile_cli.main(["--target=h100", "--config=base", "--config.num_layers=1",
                     "--config.d_model=128", "--config.d_ff=256", "--config.num_heads=4",
                     "--config.vocab_size=512", "--config.dtype=bfloat16",

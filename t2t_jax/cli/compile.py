@@ -18,11 +18,11 @@ from __future__ import annotations
 import json
 from typing import Optional, Sequence
 
-from t2t_jax import cli
 from t2t_jax.accelerators import plan as plan_lib
 from t2t_jax.accelerators import predict
 from t2t_jax.accelerators import targets
-from t2t_jax.memory import GiB
+from t2t_jax.cli import flags as cli
+from t2t_jax.train.memory import GiB
 
 
 def _parser():
