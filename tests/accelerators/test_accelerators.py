@@ -70,14 +70,18 @@ def test_an_accelerator_without_a_memory_figure_is_an_error():
     memory.device_memory(Device())
 
 
-def test_metrics_are_read_by_a_transfer_without_a_device_op(monkeypatch):
-  stacked = parallel.replicate({"loss": jnp.float32(2.5)}, jax.local_devices()[:2])
-  array_type = type(stacked["loss"])
-  # A device op on the metrics (e.g. indexing [0]) would queue behind the next step.
-  monkeypatch.setattr(array_type, "__getitem__",
+@pytest.mark.parametrize("parallelism", ["pmap", "shard_map"])
+def test_metrics_are_read_by_a_transfer_without_a_device_op(parallelism, monkeypatch):
+  from t2t_jax.train import optim  # pylint: disable=import-outside-toplevel
+  cfg = SMALL.replace(parallelism=parallelism)
+  devices = parallel.data_parallel(cfg, optim.make_optimizer(cfg))
+  placed = devices.put_state({"loss": np.float32(2.5)})  # placed as the step's metrics are
+  # A device op on the metrics (e.g. indexing [0]) would queue behind the next step,
+  # so reading step t's metrics would wait for step t + 1 (the trainer's read_metrics).
+  monkeypatch.setattr(type(placed["loss"]), "__getitem__",
                       lambda *a: pytest.fail("indexed on the device"))
-  host = parallel.fetch_first(stacked)
-  assert isinstance(host["loss"], np.generic) and float(host["loss"]) == 2.5
+  host = devices.fetch(placed)
+  assert isinstance(host["loss"], (np.ndarray, np.generic)) and float(host["loss"]) == 2.5
 
 
 def test_roofline_adds_compute_and_memory_time():
