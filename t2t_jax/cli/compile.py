@@ -18,6 +18,8 @@ from __future__ import annotations
 import json
 from typing import Optional, Sequence
 
+import jax
+
 from t2t_jax.accelerators import plan as plan_lib
 from t2t_jax.accelerators import predict
 from t2t_jax.accelerators import targets
@@ -58,6 +60,9 @@ def _summary(report: dict) -> list[str]:
 @cli.command
 def main(argv: Optional[Sequence[str]] = None) -> dict:
   args = _parser().parse_args(argv)
+  # The host only traces and compiles: its own backend is the CPU, even on a machine
+  # with a GPU or TPU (which would otherwise be opened, and its memory taken).
+  jax.config.update("jax_platforms", "cpu")
   cfg = cli.config(args)
   problem = targets.missing_compiler(args.target)
   if problem:
