@@ -26,7 +26,7 @@ def test_requirements_txt_gathers_core_notebook_and_test():
 def test_test_and_notebook_packages_are_not_the_packages_own():
   core = _pins("requirements-core.txt")
   assert {"jax", "flax", "optax", "orbax-checkpoint", "sentencepiece", "sacrebleu"} <= set(core)
-  for extra in ("notebook", "test", "export"):
+  for extra in ("notebook", "test", "export", "accelerators"):
     pins = _pins(f"requirements-{extra}.txt")
     assert pins and not set(pins) & set(core), f"{extra} repeats core packages: {set(pins) & set(core)}"
   assert "pytest" not in core and "nbclient" not in core
