@@ -67,7 +67,12 @@ def optimized_cost(compiled) -> dict[str, float]:
   return _jax.hlo_module_cost_analysis(xla_bridge.get_backend("cpu"), module)
 
 
-def _program(compiled) -> Program:
+def _program(lowered) -> Program:
+  # Compile-only executables cannot be read back from JAX's persistent cache (no
+  # client to load them into), so none is written there: no compile is slow enough.
+  from jax._src import config  # pylint: disable=import-outside-toplevel
+  with config.persistent_cache_min_compile_time_secs(float("inf")):
+    compiled = lowered.compile()
   stats = compiled.memory_analysis()
   cost = optimized_cost(compiled)
   hlo = compiled.as_text()
@@ -106,7 +111,7 @@ def compile_train_step(cfg: TransformerConfig, target: Target, rows: int, length
                                    sharding=split) for n in names}
   key = _placed(jax.eval_shape(lambda: jax.random.key(0)), NamedSharding(m, P()))
   step = parallel.jit_shard_map_train_step(cfg, optimizer, m)
-  return _program(step.lower(_placed(state, NamedSharding(m, P())), batch, key).compile())
+  return _program(step.lower(_placed(state, NamedSharding(m, P())), batch, key))
 
 
 def compile_eval_step(cfg: TransformerConfig, target: Target, rows: int, length: int) -> Program:
@@ -118,7 +123,7 @@ def compile_eval_step(cfg: TransformerConfig, target: Target, rows: int, length:
                                    sharding=NamedSharding(m, P(parallel.AXIS)))
            for n in ("inputs", "targets")}
   step = parallel.jit_shard_map_eval_step(cfg, m)
-  return _program(step.lower(_placed(params, NamedSharding(m, P())), batch).compile())
+  return _program(step.lower(_placed(params, NamedSharding(m, P())), batch))
 
 
 def compile_decode_step(cfg: TransformerConfig, target: Target, sentences: int,
@@ -139,7 +144,7 @@ def compile_decode_step(cfg: TransformerConfig, target: Target, sentences: int,
   position = jax.ShapeDtypeStruct((), jnp.int32)
   step = jax.jit(functools.partial(model_lib.decode_step, cfg, vocab_major=vocab_major))
   args = (_placed(params, one), _placed(cache, one), _placed(tokens, one), _placed(position, one))
-  return _program(step.lower(*args).compile())
+  return _program(step.lower(*args))
 
 
 def fit(cfg: TransformerConfig, target: Target, length: int, packed: bool = True
