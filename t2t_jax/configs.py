@@ -61,8 +61,7 @@ class TransformerConfig:
   # fused_attention's kernel whatever the backend (t2t-compile sets them for its
   # target: accelerators/kernels.py); "cudnn" that cannot run is an error.
   attention_impl: str = _field(
-      "fused", "fused (a fused kernel where it applies), reference (always "
-      "layers.scaled_dot_product_attention), cudnn or core (that fused kernel on any backend)")
+      "fused", "fused (a fused kernel where it applies), reference, or cudnn/core (that kernel)")
 
   # --- Data (section 5.1) ---
   dataset: str = _field("wmt14_translate/de-en",

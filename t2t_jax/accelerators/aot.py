@@ -61,18 +61,21 @@ def optimized_cost(compiled) -> dict[str, float]:
   cost = cost[0] if isinstance(cost, (list, tuple)) else cost  # older JAX: one dict per program
   if cost:
     return cost
-  from jax._src import xla_bridge  # pylint: disable=import-outside-toplevel
-  from jax._src.lib import _jax  # pylint: disable=import-outside-toplevel
+  from jaxlib import _jax  # pylint: disable=import-outside-toplevel
   module, = compiled.runtime_executable().hlo_modules()
-  return _jax.hlo_module_cost_analysis(xla_bridge.get_backend("cpu"), module)
+  return _jax.hlo_module_cost_analysis(jax.devices("cpu")[0].client, module)
 
 
 def _program(lowered) -> Program:
   # Compile-only executables cannot be read back from JAX's persistent cache (no
   # client to load them into), so none is written there: no compile is slow enough.
-  from jax._src import config  # pylint: disable=import-outside-toplevel
-  with config.persistent_cache_min_compile_time_secs(float("inf")):
+  name = "jax_persistent_cache_min_compile_time_secs"
+  previous = getattr(jax.config, name)
+  jax.config.update(name, float("inf"))
+  try:
     compiled = lowered.compile()
+  finally:
+    jax.config.update(name, previous)
   stats = compiled.memory_analysis()
   cost = optimized_cost(compiled)
   hlo = compiled.as_text()
