@@ -39,8 +39,11 @@ def plan(cfg: TransformerConfig, target: Target, decode: bool = True) -> dict[st
   else:
     rows, tokens, accum = _micro_batch(cfg, target, length)
   train = aot.compile_train_step(cfg, target, rows, length, packed=cfg.packing)
-  guess = predict.predict(cfg, target, train.cost, rows, length, accum,
-                          train.cudnn_attention_calls)
+  try:
+    guess = predict.predict(cfg, target, train.cost, rows, length, accum,
+                            train.cudnn_attention_calls)
+  except ValueError as e:  # the memory figures stand without a time prediction
+    guess, why = None, str(e)
   out: dict[str, Any] = {
       "target": target.name, "device_kind": target.device_kind, "devices": target.devices,
       "dtype": cfg.dtype, "attention_impl": kernels.attention_for_platform(cfg, target.platform),
@@ -53,14 +56,15 @@ def plan(cfg: TransformerConfig, target: Target, decode: bool = True) -> dict[st
       "cudnn_attention_calls": train.cudnn_attention_calls,
       "program_flops": train.cost.get("flops"),
       "program_bytes_accessed": train.cost.get("bytes accessed"),
-      "prediction_basis": guess.basis,
-      "predicted_step_s": guess.step_s,
-      "predicted_step_s_lower_bound": guess.lower_bound_s,
-      "predicted_tokens_per_s": guess.tokens_per_s,
-      "predicted_mfu": guess.mfu,
       "num_train_steps": cfg.num_train_steps,
-      "predicted_hours_to_num_train_steps": guess.hours_to_steps,
   }
+  if guess is None:
+    out.update(prediction_basis=f"none: {why}", predicted_step_s=None)
+  else:
+    out.update(prediction_basis=guess.basis, predicted_step_s=guess.step_s,
+               predicted_step_s_lower_bound=guess.lower_bound_s,
+               predicted_tokens_per_s=guess.tokens_per_s, predicted_mfu=guess.mfu,
+               predicted_hours_to_num_train_steps=guess.hours_to_steps)
   evaluation = aot.compile_eval_step(cfg, target, rows, length)
   out.update(eval_compiles=True, eval_peak_bytes=evaluation.memory.peak)
   if decode:

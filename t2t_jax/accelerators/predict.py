@@ -53,10 +53,11 @@ def micro_step_seconds(cost: dict[str, float], target: Target, extra_flops: floa
                        ) -> tuple[float, float, str]:
   """(predicted seconds, lower bound, basis) of one compiled micro-step on one device."""
   if not target.is_gpu:
-    if "optimal_seconds" not in cost:
-      raise ValueError(f"the {target.name} compiler gave no cost-model time; its cost "
-                       f"analysis has only {sorted(cost)}")
-    return cost["optimal_seconds"], cost["optimal_seconds"], "xla_tpu_cost_model"
+    seconds = cost.get("optimal_seconds", -1.0)
+    if seconds <= 0:  # libtpu's v5e model answers -672 s for a base step: no estimate
+      raise ValueError(f"the {target.name} compiler's cost model gave no valid time "
+                       f"(optimal_seconds={seconds:g}); no step time can be predicted")
+    return seconds, seconds, "xla_tpu_cost_model"
   compute = (cost.get("flops", 0.0) + extra_flops) / target.peak_bf16_flops
   memory = cost.get("bytes accessed", 0.0) / target.memory_bandwidth
   return compute + memory, max(compute, memory), "gpu_roofline"

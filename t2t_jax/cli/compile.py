@@ -48,10 +48,14 @@ def _summary(report: dict) -> list[str]:
       f"micro-step: {r['rows_per_micro_step']} rows x {r['row_length']} tokens "
       f"(max_tokens_per_device={r['max_tokens_per_device']}), {r['micro_steps']} micro-step(s) "
       f"per update of {r['tokens_per_batch']} tokens",
-      f"PREDICTED ({r['prediction_basis']}, not measured): {r['predicted_step_s']:.3f} s per "
-      f"update, {r['predicted_tokens_per_s']:,.0f} tokens/s, MFU {100 * r['predicted_mfu']:.1f}%, "
-      f"{r['predicted_hours_to_num_train_steps']:.1f} h to {r['num_train_steps']} steps",
   ]
+  if r["predicted_step_s"] is None:
+    lines.append(f"no step time predicted ({r['prediction_basis']})")
+  else:
+    lines.append(
+        f"PREDICTED ({r['prediction_basis']}, not measured): {r['predicted_step_s']:.3f} s per "
+        f"update, {r['predicted_tokens_per_s']:,.0f} tokens/s, MFU {100 * r['predicted_mfu']:.1f}%, "
+        f"{r['predicted_hours_to_num_train_steps']:.1f} h to {r['num_train_steps']} steps")
   if r["prediction_basis"] == "gpu_roofline":
     lines.append(predict.GPU_ASSUMPTIONS)
   return lines

@@ -91,8 +91,10 @@ def test_roofline_adds_compute_and_memory_time():
   assert (seconds, lower, basis) == (pytest.approx(3.0), pytest.approx(2.0), "gpu_roofline")
   v5p = targets.get("v5p-8")
   assert predict.micro_step_seconds({"optimal_seconds": 0.5}, v5p)[0] == 0.5
-  with pytest.raises(ValueError, match="no cost-model time"):
+  with pytest.raises(ValueError, match="no valid time"):
     predict.micro_step_seconds({"flops": 1.0}, v5p)
+  with pytest.raises(ValueError, match="no valid time"):  # what libtpu's v5e model gave
+    predict.micro_step_seconds({"optimal_seconds": -672.0}, v5p)
 
 
 def test_prediction_scales_with_the_micro_steps():
