@@ -1,6 +1,6 @@
 """The Transformer (section 3): encoder, decoder, shared embeddings, incremental decoding.
 
-    params = init_params(cfg, key)
+    params = init_params(cfg, key)  # cfg: configs.ModelConfig (a TransformerConfig: its .model)
     logits = Transformer(cfg).apply({"params": params}, inputs, targets, train=False)
     cache = init_cache(cfg, params, inputs, max_decode_len)
     logits, cache = decode_step(cfg, params, cache, tokens, position)  # [rows, vocab]
@@ -8,7 +8,9 @@
 Every sub-layer is post-norm, `LayerNorm(x + Dropout(Sublayer(x)))`. Token 0 is
 padding; the decoder input is the target shifted right with 0 in front. The
 full forward pass and `decode_step` run the same layer modules with the same
-parameters; decoding only swaps freshly projected keys/values for cached ones.
+parameters (`DecoderLayer._block`); decoding swaps each attention's full-sequence
+call for its one-position methods (`MultiHeadAttention.step_self`, `.step_cross`),
+which read the caches.
 Initialisation choices are explained in docs/model.md.
 """
 
@@ -16,7 +18,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import flax
 import flax.linen as nn
@@ -24,13 +26,13 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from t2t_jax.configs import ModelConfig
 from t2t_jax.configs import TransformerConfig
 from t2t_jax.ids import PAD_ID
 from t2t_jax.model import decode_cache
 from t2t_jax.model import dropout as dropout_lib
 from t2t_jax.model import layers
 from t2t_jax.model import logits as logits_lib
-from t2t_jax.model import step_attention
 
 Array = jax.Array
 Cache = dict[str, Any]
@@ -49,7 +51,7 @@ def shift_right(targets: Array, segments: Optional[Array] = None) -> Array:
   return jnp.where(same, shifted, 0)
 
 
-def _dtype(cfg: TransformerConfig) -> Any:
+def _dtype(cfg: ModelConfig) -> Any:
   return jnp.dtype(cfg.dtype)
 
 
@@ -68,14 +70,14 @@ def _segments_and_positions(ids: Array, segments: Optional[Array]) -> tuple[Arra
   return segments, layers.segment_positions(segments)
 
 
-def _attention(cfg: TransformerConfig) -> layers.MultiHeadAttention:
+def _attention(cfg: ModelConfig) -> layers.MultiHeadAttention:
   return layers.MultiHeadAttention(
       num_heads=cfg.num_heads, d_k=cfg.key_depth, d_v=cfg.value_depth, d_model=cfg.d_model,
       dropout_rate=cfg.attention_dropout_rate, dtype=_dtype(cfg),
       implementation=cfg.attention_impl)
 
 
-def _dropout(cfg: TransformerConfig) -> dropout_lib.Dropout:
+def _dropout(cfg: ModelConfig) -> dropout_lib.Dropout:
   return dropout_lib.Dropout(cfg.dropout_rate, generator=cfg.dropout_generator)
 
 
@@ -87,7 +89,7 @@ def _add_norm(x: Array, y: Array, norm: nn.LayerNorm, dropout: dropout_lib.Dropo
 
 class EncoderLayer(nn.Module):
   """Self-attention, then feed-forward; each wrapped as LayerNorm(x + Dropout(f(x)))."""
-  config: TransformerConfig
+  config: ModelConfig
 
   def setup(self):
     cfg = self.config
@@ -106,7 +108,7 @@ class EncoderLayer(nn.Module):
 
 class DecoderLayer(nn.Module):
   """Masked self-attention, encoder-decoder attention, feed-forward (all post-norm)."""
-  config: TransformerConfig
+  config: ModelConfig
 
   def setup(self):
     cfg = self.config
@@ -118,59 +120,45 @@ class DecoderLayer(nn.Module):
     self.norm_ffn = _layer_norm()
     self.dropout = _dropout(cfg)
 
-  def _block(self, y, self_kv, cross_kv, self_bias, cross_bias, deterministic):
-    """The layer itself, given already projected self- and cross-attention keys/values."""
-    y = _add_norm(
-        y, self.self_attention(y, bias=self_bias, kv=self_kv, deterministic=deterministic),
-        self.norm_self, self.dropout, deterministic)
-    # While decoding, y may hold several rows (beams) per sentence of cross_kv: each
-    # sentence's rows become queries of one attention (a reshape; none in training).
-    batch = cross_kv[0].shape[0]
-    cross = self.cross_attention(y.reshape(batch, -1, y.shape[-1]), bias=cross_bias, kv=cross_kv,
-                                 deterministic=deterministic).reshape(y.shape)
-    y = _add_norm(y, cross, self.norm_cross, self.dropout, deterministic)
-    return _add_norm(y, self.ffn(y), self.norm_ffn, self.dropout, deterministic)
+  def _block(self, y: Array, self_attend: Callable[[Array], tuple[Array, Any]],
+             cross_attend: Callable[[Array], Array], deterministic: bool) -> tuple[Array, Any]:
+    """The layer, given its two attentions as functions of y; both paths run this.
+
+    `self_attend(y) -> (output, state)` (the state is the new self-attention cache
+    when decoding, None otherwise), `cross_attend(y) -> output`. Returns the
+    layer's output and that state.
+    """
+    attended, state = self_attend(y)
+    y = _add_norm(y, attended, self.norm_self, self.dropout, deterministic)
+    y = _add_norm(y, cross_attend(y), self.norm_cross, self.dropout, deterministic)
+    return _add_norm(y, self.ffn(y), self.norm_ffn, self.dropout, deterministic), state
 
   def __call__(self, y: Array, encoded: Array, self_bias: layers.Mask,
                cross_bias: layers.Mask, deterministic: bool) -> Array:
     """y [batch, tgt_len, d_model], encoded [batch, src_len, d_model] -> [batch, tgt_len, d_model]."""
-    return self._block(y, self.self_attention.project_kv(y), self.cross_kv(encoded),
-                       self_bias, cross_bias, deterministic)
+    self_attend = lambda y: (self.self_attention(y, bias=self_bias, deterministic=deterministic),
+                             None)
+    cross_attend = lambda y: self.cross_attention(y, encoded, bias=cross_bias,
+                                                  deterministic=deterministic)
+    return self._block(y, self_attend, cross_attend, deterministic)[0]
 
-  def cross_kv(self, encoded: Array) -> tuple[Array, Array]:
-    """Encoder-decoder keys [batch, src_len, heads, d_k] and values [.., d_v]."""
-    return self.cross_attention.project_kv(encoded)
-
-  def step(self, y: Array, self_kv: Cache, cross_kv: Cache, position: Array, reads: Array,
+  def step(self, y: Array, self_cache: Cache, cross_cache: Cache, position: Array, reads: Array,
            self_bias: Array, cross_bias: Array) -> tuple[Array, Cache]:
-    """One position: y [rows, 1, d_model]; writes its keys/values at `position` of self_kv.
+    """One position y [rows, 1, d_model] -> [rows, 1, d_model] and the new self-attention cache.
 
-    self_kv {"key": [rows, heads, d_k, max_decode_len], "value": [rows, heads,
-    max_decode_len, d_v]}, never reordered:
-    `reads` [batch, r, r, max_decode_len] bool says which of its sentence's r rows
-    holds each row's key/value at each position (rows = batch * r). cross_kv
-    {"key", "value"} [batch, heads, src_len, d]. The same sub-layers as `_block`,
-    with attention written for these layouts (no per-step transposes of the caches).
+    `self_cache` and `cross_cache` are this layer's parts of `init_cache` (see
+    `MultiHeadAttention.step_self` for `reads` and the biases); the self-attention
+    cache gets this position's keys/values at `position`.
     """
-    q, k, v = step_attention.project_qkv(self.self_attention, y)      # [rows, 1, heads, d]
-    keys = lax.dynamic_update_slice(self_kv["key"], k.transpose(0, 2, 3, 1).astype(
-        self_kv["key"].dtype), (0, 0, 0, position))                    # [rows, heads, d_k, length]
-    values = lax.dynamic_update_slice(self_kv["value"], v.transpose(0, 2, 1, 3).astype(
-        self_kv["value"].dtype), (0, 0, position, 0))                  # [rows, heads, length, d_v]
-    q = step_attention.scaled_queries(self.self_attention, q)
-    attention = step_attention.self_attention_step(self.self_attention, q, keys, values, reads,
-                                                   self_bias)
-    y = _add_norm(y, attention, self.norm_self, self.dropout, True)
-    cross = step_attention.cross_attention_step(self.cross_attention, y, cross_kv["key"],
-                                                cross_kv["value"], cross_bias)
-    y = _add_norm(y, cross, self.norm_cross, self.dropout, True)
-    y = _add_norm(y, self.ffn(y), self.norm_ffn, self.dropout, True)
-    return y, {"key": keys, "value": values}
+    self_attend = lambda y: self.self_attention.step_self(y, self_cache, position, reads,
+                                                          self_bias)
+    cross_attend = lambda y: self.cross_attention.step_cross(y, cross_cache, cross_bias)
+    return self._block(y, self_attend, cross_attend, deterministic=True)
 
 
 class Encoder(nn.Module):
   """N encoder layers over embedded sources."""
-  config: TransformerConfig
+  config: ModelConfig
 
   def setup(self):
     self.layers = [EncoderLayer(self.config) for _ in range(self.config.num_layers)]
@@ -183,7 +171,7 @@ class Encoder(nn.Module):
 
 class Decoder(nn.Module):
   """N decoder layers; `step` runs them for one position against per-layer caches."""
-  config: TransformerConfig
+  config: ModelConfig
 
   def setup(self):
     self.layers = [DecoderLayer(self.config) for _ in range(self.config.num_layers)]
@@ -194,25 +182,35 @@ class Decoder(nn.Module):
       y = layer(y, encoded, self_bias, cross_bias, deterministic)
     return y
 
-  def cross_kv(self, encoded: Array) -> list[tuple[Array, Array]]:
-    return [layer.cross_kv(encoded) for layer in self.layers]
+  def init_cache(self, encoded: Array, max_decode_len: int) -> tuple[list[Cache], list[Cache]]:
+    """Per layer: the empty self-attention cache and the cross-attention keys/values of `encoded`."""
+    batch = encoded.shape[0]
+    return ([layer.self_attention.init_self_cache(batch, max_decode_len) for layer in self.layers],
+            [layer.cross_attention.cross_cache(encoded) for layer in self.layers])
 
-  def step(self, y: Array, self_kvs: list[Cache], cross_kvs: list[Cache], position: Array,
+  def step(self, y: Array, self_caches: list[Cache], cross_caches: list[Cache], position: Array,
            reads: Array, self_bias: Array, cross_bias: Array) -> tuple[Array, list[Cache]]:
-    new_kvs = []
-    for layer, self_kv, cross_kv in zip(self.layers, self_kvs, cross_kvs):
-      y, self_kv = layer.step(y, self_kv, cross_kv, position, reads, self_bias, cross_bias)
-      new_kvs.append(self_kv)
-    return y, new_kvs
+    new_caches = []
+    for layer, self_cache, cross_cache in zip(self.layers, self_caches, cross_caches):
+      y, self_cache = layer.step(y, self_cache, cross_cache, position, reads, self_bias,
+                                 cross_bias)
+      new_caches.append(self_cache)
+    return y, new_caches
 
 
 class Transformer(nn.Module):
   """Encoder-decoder Transformer. `__call__(inputs, targets, train)` -> logits float32.
 
   Other entry points (use with `apply(..., method=...)`): `encode`, `decode`,
-  `init_cache`, `decode_step`.
+  `init_cache`, `decode_step`. `config` is a `ModelConfig`; a whole run config
+  (`TransformerConfig`) is cut down to its `.model` on construction, so a module
+  never depends on a training or data field.
   """
-  config: TransformerConfig
+  config: ModelConfig
+
+  def __post_init__(self):
+    object.__setattr__(self, "config", self.config.model)
+    super().__post_init__()
 
   def setup(self):
     cfg = self.config
@@ -348,20 +346,13 @@ class Transformer(nn.Module):
   def init_cache(self, inputs: Array, max_decode_len: int) -> Cache:
     """Runs the encoder once; pre-computes each decoder layer's cross-attention keys/values."""
     self._check_length(max_decode_len, "decode")
-    cfg = self.config
-    batch = inputs.shape[0]
-    by_head = lambda x: x.transpose(0, 2, 1, 3)                       # -> [batch, heads, length, d]
-    cross = [{"key": by_head(k), "value": by_head(v)}
-             for k, v in self.decoder.cross_kv(self.encode(inputs, train=False))]
-    zeros = lambda *shape: jnp.zeros((batch, cfg.num_heads) + shape, _dtype(cfg))
-    self_kv = [{"key": decode_cache.Unordered(zeros(cfg.key_depth, max_decode_len), axis=3),
-                "value": decode_cache.Unordered(zeros(max_decode_len, cfg.value_depth), axis=2)}
-               for _ in range(cfg.num_layers)]
+    self_caches, cross = self.decoder.init_cache(self.encode(inputs, train=False), max_decode_len)
     # writers[row, position]: which of its sentence's rows wrote the keys/values the
     # hypothesis now in `row` has at `position` (the search reorders it, not them).
     return {"sentence": decode_cache.PerSentence({"source_ids": inputs, "cross": cross}),
-            "self": self_kv,
-            "writers": decode_cache.Positions(jnp.zeros((batch, max_decode_len), jnp.int32))}
+            "self": self_caches,
+            "writers": decode_cache.Positions(
+                jnp.zeros((inputs.shape[0], max_decode_len), jnp.int32))}
 
   def decode_step(self, cache: Cache, tokens: Array, position: Array,
                   vocab_major: bool = False) -> tuple[logits_lib.Logits, Cache]:
@@ -371,8 +362,7 @@ class Transformer(nn.Module):
     the output projection E . y^T, faster for a beam's rows (t2t_jax/decoding/next_token.py).
     """
     sentence = cache["sentence"].value
-    self_kv = [{name: part.value for name, part in layer.items()} for layer in cache["self"]]
-    max_decode_len = self_kv[0]["value"].shape[2]
+    max_decode_len = cache["writers"].value.shape[1]
     rows, batch = tokens.shape[0], sentence["source_ids"].shape[0]
     r = rows // batch                                                  # rows per sentence
     own = jnp.arange(rows, dtype=jnp.int32) % r
@@ -386,30 +376,35 @@ class Transformer(nn.Module):
       allowed = allowed & (position - keys <= self.config.attention_window)
     self_bias = layers.mask_to_bias(allowed)[None, None, None, :]      # [1, 1, 1, max_len]
     cross_bias = layers.mask_to_bias(sentence["source_ids"] != PAD_ID)[:, None, None, :]
-    y, self_kv = self.decoder.step(y, self_kv, sentence["cross"], position, reads, self_bias,
-                                   cross_bias)
-    self_kv = [{name: part.replace(value=new[name]) for name, part in layer.items()}
-               for layer, new in zip(cache["self"], self_kv)]
+    y, self_caches = self.decoder.step(y, cache["self"], sentence["cross"], position, reads,
+                                       self_bias, cross_bias)
     if vocab_major:
       kernel = self._output_kernel().astype(y.dtype)
       logits = logits_lib.VocabMajor(jnp.einsum("vd,rd->vr", kernel, y[:, 0],
                                                 preferred_element_type=jnp.float32))
     else:
       logits = self._logits(y)[:, 0]
-    return logits, {**cache, "self": self_kv, "writers": cache["writers"].replace(value=writers)}
+    return logits, {**cache, "self": self_caches,
+                    "writers": cache["writers"].replace(value=writers)}
 
 
 # ----------------------------------------------------------------- functional API
 
 
-def init_params(cfg: TransformerConfig, key: Array) -> dict[str, Any]:
+# The functions below take a `ModelConfig`; a `TransformerConfig` works too (its
+# `.model` is used), so callers holding a run config need not convert it.
+ConfigLike = ModelConfig | TransformerConfig
+
+
+def init_params(cfg: ConfigLike, key: Array) -> dict[str, Any]:
   """A plain dict of float32 parameters. Shapes only: `jax.eval_shape(partial(init_params, cfg), key)`."""
+  cfg = cfg.model
   ids = jnp.ones((1, 1), jnp.int32)
   init = jax.jit(functools.partial(Transformer(cfg).init, train=False))
   return flax.core.unfreeze(init({"params": key}, ids, ids)["params"])
 
 
-def init_cache(cfg: TransformerConfig, params: Any, inputs: Array, max_decode_len: int) -> Cache:
+def init_cache(cfg: ConfigLike, params: Any, inputs: Array, max_decode_len: int) -> Cache:
   """Decoding state for `inputs` [batch, src_len], leaves with leading dimension batch.
 
   {"sentence": PerSentence({"source_ids", "cross": [per layer {"key", "value"}]}),
@@ -423,7 +418,7 @@ def init_cache(cfg: TransformerConfig, params: Any, inputs: Array, max_decode_le
                                 method=Transformer.init_cache)
 
 
-def decode_step(cfg: TransformerConfig, params: Any, cache: Cache, tokens: Array,
+def decode_step(cfg: ConfigLike, params: Any, cache: Cache, tokens: Array,
                 position: Array, vocab_major: bool = False) -> tuple[logits_lib.Logits, Cache]:
   """One decoder position: logits [rows, vocab] float32 for output token `position`.
 
@@ -437,3 +432,20 @@ def decode_step(cfg: TransformerConfig, params: Any, cache: Cache, tokens: Array
   """
   return Transformer(cfg).apply({"params": params}, cache, tokens, jnp.asarray(position, jnp.int32),
                                 vocab_major, method=Transformer.decode_step)
+
+
+def attention_weights(params: Any) -> dict[str, list[dict[str, dict[str, Array]]]]:
+  """Every attention's projections as plain matrices (`MultiHeadAttention.weights`), by place.
+
+  {"encoder": [per layer {"self_attention": W}], "decoder": [per layer
+  {"self_attention": W, "cross_attention": W}]}, each W {"query": [d_model,
+  heads*d_k], "key": [d_model, heads*d_k], "value": [d_model, heads*d_v], "out":
+  [heads*d_v, d_model]} (heads major in the projected axis; y = x @ W). For
+  exporters: they read the layout here instead of the parameter tree's.
+  """
+  def stack(name):
+    layers_ = params[name]
+    return [{attention: layers.MultiHeadAttention.weights(sub)
+             for attention, sub in layers_[f"layers_{i}"].items() if "query" in sub}
+            for i in range(sum(key.startswith("layers_") for key in layers_))]
+  return {"encoder": stack("encoder"), "decoder": stack("decoder")}
