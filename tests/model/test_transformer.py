@@ -2,6 +2,7 @@
 
 import functools
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -9,6 +10,7 @@ import pytest
 
 from t2t_jax import configs
 from t2t_jax.decoding import next_token
+from t2t_jax.model import dropout as dropout_lib
 from t2t_jax.model import transformer as model
 
 # Tiny, with d_k != d_v so that a swapped projection cannot go unnoticed.
@@ -138,7 +140,7 @@ def test_cache_leaves_have_leading_batch_and_decode_step_keeps_the_structure():
                             cache, jnp.zeros((3,), jnp.int32), 0)
   assert isinstance(major, next_token.VocabMajor) and major.logits.shape == (23, 3)
   assert jax.tree.structure(new_cache) == jax.tree.structure(cache)
-  assert jax.tree.map(lambda a, b: a.shape == b.shape, new_cache, cache)
+  assert all(jax.tree.leaves(jax.tree.map(lambda a, b: a.shape == b.shape, new_cache, cache)))
 
 
 def _weights(state, stack, layer, name):
@@ -296,3 +298,65 @@ def test_segments_must_come_in_pairs():
   with pytest.raises(ValueError, match="both"):
     model.Transformer(CFG_FUSED).apply({"params": _params(CFG_FUSED)}, INPUTS, TARGETS,
                                        False, None, seg)
+
+
+# Section 5.4's dropout sites in one-layer CFG_VARIANT, in the order a forward pass
+# reaches them, and the parameters whose zeroing removes exactly what each site
+# drops: a site's input is a sub-layer's output (zero its last projection) or the
+# sum of embeddings and positions (zero both tables; CFG_VARIANT has them apart).
+DROPOUT_SITES = [
+    ("source embeddings + positions", (), [("source_embedding",), ("source_positions",)]),
+    ("encoder self-attention", ("encoder", "layers_0"),
+     [("encoder", "layers_0", "self_attention", "out")]),
+    ("encoder feed-forward", ("encoder", "layers_0"), [("encoder", "layers_0", "ffn", "wo")]),
+    ("target embeddings + positions", (), [("target_embedding",), ("target_positions",)]),
+    ("decoder self-attention", ("decoder", "layers_0"),
+     [("decoder", "layers_0", "self_attention", "out")]),
+    ("decoder cross-attention", ("decoder", "layers_0"),
+     [("decoder", "layers_0", "cross_attention", "out")]),
+    ("decoder feed-forward", ("decoder", "layers_0"), [("decoder", "layers_0", "ffn", "wo")]),
+]
+
+
+def _zeroed(params, path):
+  """params with the subtree (or array) at `path` set to zeros."""
+  *parents, last = path
+  params = dict(params)
+  node = params
+  for name in parents:
+    node[name] = dict(node[name])
+    node = node[name]
+  node[last] = jax.tree.map(jnp.zeros_like, node[last])
+  return params
+
+
+def test_dropout_sits_on_each_sublayer_output_and_on_the_embedding_sums():
+  # Rate 1 at one site at a time (its output replaced by zeros, every other site
+  # off) must equal the model with that site's input zeroed by its parameters:
+  # LayerNorm(x + 0) for a sub-layer, zero encoder/decoder input for an embedding
+  # sum. Dropout after the residual add gives LayerNorm(0) instead; dropout on the
+  # embeddings alone leaves the positions; a missing site is never reached.
+  cfg, params = CFG_VARIANT, _params(CFG_VARIANT)
+  reached = []
+
+  def forward(params, site):
+    def drop_site(next_fun, args, kwargs, context):
+      if not (isinstance(context.module, dropout_lib.Dropout) and context.method_name == "__call__"):
+        return next_fun(*args, **kwargs)
+      reached.append(context.module.path[:-1])                         # the owner's path
+      index = len(reached) - 1
+      return jnp.where(site == index, jnp.zeros_like(args[0]), next_fun(*args, **kwargs))
+    with nn.intercept_methods(drop_site):
+      return model.Transformer(cfg).apply({"params": params}, INPUTS, TARGETS)
+
+  dropped = jax.jit(forward)
+  plain = np.asarray(_forward(cfg)(params, INPUTS, TARGETS))
+  for index, (name, owner, zero) in enumerate(DROPOUT_SITES):
+    got = np.asarray(dropped(params, index))
+    without = params
+    for path in zero:
+      without = _zeroed(without, path)
+    want = np.asarray(_forward(cfg)(without, INPUTS, TARGETS))
+    assert np.abs(want - plain).max() > 1e-3, name                     # the site matters
+    np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5, err_msg=name)
+  assert reached == [owner for _, owner, _ in DROPOUT_SITES], reached
