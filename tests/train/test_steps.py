@@ -169,3 +169,25 @@ def test_bfloat16_step_keeps_float32_state_and_loss(setup, one_device):
   assert dtypes == {jnp.dtype(jnp.float32)}
   assert all(np.asarray(v).dtype == np.float32 for v in metrics.values())
   np.testing.assert_allclose(metrics["loss"], one_device[1]["loss"], rtol=0.02)
+
+
+def _copies_loss(setup, devices, accum):
+  """Metrics of one update with dropout on, every device and micro-step given the same rows."""
+  cfg, optimizer, state, batch = setup
+  cfg = cfg.replace(dropout_rate=0.3)
+  rows = {k: np.broadcast_to(v[:4], (devices, accum, 4, LENGTH)).copy() for k, v in batch.items()}
+  devs = jax.devices()[:devices]
+  step = parallel.pmap_train_step(cfg, optimizer, devs)
+  _, metrics = step(parallel.replicate(state, devs), parallel.shard_batch(rows, devs),
+                    jax.random.key(1))
+  return jax.device_get(parallel.unreplicate(metrics))
+
+
+def test_each_device_and_micro_step_draws_its_own_dropout_masks(setup):
+  # Copies of one micro-batch on two devices, or in two micro-steps: were their
+  # masks the same, the token-mean loss would be one copy's loss exactly.
+  one = _copies_loss(setup, devices=1, accum=1)
+  for devices, accum in ((2, 1), (1, 2)):
+    copies = _copies_loss(setup, devices, accum)
+    assert float(copies["tokens"]) == 2 * float(one["tokens"])
+    assert abs(float(copies["loss"]) - float(one["loss"])) > 1e-4, (devices, accum)
