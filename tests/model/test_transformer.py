@@ -360,3 +360,9 @@ def test_dropout_sits_on_each_sublayer_output_and_on_the_embedding_sums():
     assert np.abs(want - plain).max() > 1e-3, name                     # the site matters
     np.testing.assert_allclose(got, want, atol=1e-5, rtol=1e-5, err_msg=name)
   assert reached == [owner for _, owner, _ in DROPOUT_SITES], reached
+
+
+def test_the_model_holds_its_model_config_even_when_given_the_run_config():
+  assert model.Transformer(CFG).config == CFG.model                   # a ModelConfig, not CFG
+  shapes = lambda cfg: jax.eval_shape(functools.partial(model.init_params, cfg), jax.random.key(0))
+  assert shapes(CFG.model) == shapes(CFG)
