@@ -8,7 +8,7 @@
     python benchmarks/bench_decode.py --ctranslate2 [--workdir=runs/demo] [--sentences=256]
         [--batch_size=64] [--beam_size=4] [--repeats=3]
 
-`random`: random parameters and source ids, decoded as `translate_batch` does
+`random`: random parameters and source ids, decoded as `batch.translate_batch` does
 (self-attention buffer of source length + `extra` positions) but with every
 hypothesis running to exactly `output_len` tokens (about a WMT sentence): each
 sentence's limit is `output_len` and the EOS row of the (shared) output
@@ -16,17 +16,17 @@ embedding is zero, so EOS (logit 0, about 4 standard deviations below the best
 of the vocabulary's) is never among a beam's best. Rates count the sentences
 and their `output_len` tokens, not the beam's other hypotheses. `--uncached`
 adds the decoder that reruns every position at every step
-(`decode.uncached_decoder`), the encoder once, as the cache does.
+(`batch.uncached_decoder`), the encoder once, as the cache does.
 
 `testset`: the work directory's averaged parameters translate its test set
 (`data/<dataset>/test.<src>`, as the demo writes it) with the config's beam,
-sorted into batches as `decode_ids` does; the first pass includes compilation
+sorted into batches as `batch.decode_ids` does; the first pass includes compilation
 ("cold"), the best of the later ones does not. Prints sentences/s, output
 tokens/s and sacreBLEU.
 
 `--compare=DIR` runs every `random`/`testset` measurement in fresh worker
 processes, alternating this checkout and the one at DIR (each importing its own
-t2t_jax through only the functions both have), `--rounds` times; it prints the
+t2t_jax through only the functions both have: `_driver`), `--rounds` times; it prints the
 best of each and the ratio new / old, and for `testset` how many translations
 differ.
 
@@ -39,9 +39,7 @@ both rank hypotheses the same way; the translations are compared too); without,
 the first of `--configs` with random parameters decodes random ids with EOS
 switched off, `--output_len` tokens each (CTranslate2: min = max decoding length).
 Rows: ours as `decode_ids` runs (two batches in flight) and, with `--workdir`,
-one batch at a time (`in_flight=1`) and with `narrow_batch=True` (stopped
-sentences leave the batch, as CTranslate2 drops finished ones; the rows are
-warm, so the narrower batches' compilation is not counted); CTranslate2 with all cores on one batch
+one batch at a time (`in_flight=1`); CTranslate2 with all cores on one batch
 (its usual CPU setting) and, marked xN, N batches at once, one core each
 (inter_threads, the counterpart of our in_flight).
 """
@@ -97,16 +95,37 @@ def _timed(fn, repeats: int) -> tuple[float, float, object]:
   return first, best, result
 
 
+def _driver():
+  """The batch driver, ours (decoding/batch.py) or an older checkout's (decoding/decode.py).
+
+  Returns it and `beam_decode(params, inputs, max_lens, cfg, **settings)`, its
+  chunked beam search of one model, as either spells it (`--compare`).
+  """
+  # pylint: disable=import-outside-toplevel,protected-access
+  try:
+    from t2t_jax.decoding import batch
+  except ImportError:
+    from t2t_jax.decoding import decode
+    # No sentence stops early in `random`, so there is nothing to narrow (older
+    # checkouts have no such setting).
+    off = {"narrow_batch": False} if "narrow_batch" in inspect.signature(
+        decode._beam_decode).parameters else {}
+    return decode, lambda params, inputs, max_lens, cfg, **settings: decode._beam_decode(
+        params, inputs, max_lens, cfg=cfg, **off, **settings)
+  return batch, lambda params, inputs, max_lens, cfg, **settings: batch._beam_decode(
+      (params,), inputs, max_lens, models=(cfg.model,), **settings)
+
+
 def measure_random(name: str, args) -> list[dict]:
   """One config on random weights: a row per decoder (cached, and uncached if asked)."""
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import numpy as np  # pylint: disable=import-outside-toplevel
   from t2t_jax import configs  # pylint: disable=import-outside-toplevel
-  from t2t_jax.decoding import decode
   from t2t_jax.ids import EOS_ID  # pylint: disable=import-outside-toplevel
   from t2t_jax.model import transformer as model
 
+  _, beam_decode = _driver()
   cfg = configs.get_config(name)
   if not cfg.share_embeddings:
     raise ValueError(f"config {name} has separate output embeddings; this benchmark zeroes "
@@ -119,15 +138,10 @@ def measure_random(name: str, args) -> list[dict]:
   inputs = jnp.asarray(inputs, jnp.int32)
   max_lens = jnp.full((args.sentences,), args.output_len, jnp.int32)
   rows = []
-  # No sentence stops early here, so there is nothing to narrow (older checkouts
-  # of --compare have no such setting).
-  settings = ({"narrow_batch": False} if "narrow_batch" in inspect.signature(
-      decode._beam_decode).parameters else {})  # pylint: disable=protected-access
   for cached in (True, False) if args.uncached else (True,):
     run = functools.partial(
-        decode._beam_decode, params, inputs, max_lens, cfg=cfg,  # pylint: disable=protected-access
-        beam_size=args.beam_size, alpha=cfg.alpha, max_len=args.source_len + args.extra,
-        n_best=1, cached=cached, **settings)
+        beam_decode, params, inputs, max_lens, cfg, beam_size=args.beam_size, alpha=cfg.alpha,
+        max_len=args.source_len + args.extra, n_best=1, cached=cached)
     first, best, (tokens, _) = _timed(lambda: jax.block_until_ready(run()), args.repeats)
     lengths = (np.asarray(tokens)[:, 0] != 0).sum(-1)
     if not np.all(lengths == args.output_len):
@@ -145,7 +159,6 @@ def measure_testset(args) -> list[dict]:
   import numpy as np  # pylint: disable=import-outside-toplevel
   from t2t_jax import configs  # pylint: disable=import-outside-toplevel
   from t2t_jax.data import vocab
-  from t2t_jax.decoding import decode
   from t2t_jax.inference import bleu as evaluate
   from t2t_jax.runtime import checkpoint
 
@@ -163,7 +176,8 @@ def measure_testset(args) -> list[dict]:
   references = read_lines(data / f"test.{cfg.target_lang}")
   params = checkpoint.load_params(workdir)
   ids = [tokenizer.encode(line)[:-1][:cfg.max_len - 1] for line in sources]
-  first, best, outputs = _timed(lambda: decode.decode_ids(cfg, params, ids), args.repeats)
+  driver, _ = _driver()
+  first, best, outputs = _timed(lambda: driver.decode_ids(cfg, params, ids), args.repeats)
   hyps = [tokenizer.decode(out) for out in outputs]
   bleu = evaluate.bleu_scores(hyps, references, cfg.target_lang)["sacrebleu"]["score"]
   out_tokens = sum(len(out) + 1 for out in outputs)  # EOS included, as in `random`
@@ -300,7 +314,8 @@ def main() -> None:
 @functools.cache
 def _jitted_search():
   import jax  # pylint: disable=import-outside-toplevel
-  from t2t_jax.decoding import decode  # pylint: disable=import-outside-toplevel
+  from t2t_jax.decoding import batch  # pylint: disable=import-outside-toplevel
+  from t2t_jax.decoding import beam_search
   from t2t_jax.model import transformer as model
 
   @functools.partial(jax.jit, static_argnames=("cfg", "beam_size", "output_len", "cached"))
@@ -309,10 +324,10 @@ def _jitted_search():
       cache = model.init_cache(cfg, params, inputs, output_len)
       step_fn = functools.partial(model.decode_step, cfg, params)
     else:
-      cache, step_fn = decode.uncached_decoder(cfg, params, inputs, output_len)
+      cache, step_fn = batch.uncached_decoder(cfg, params, inputs, output_len)
     # eos_id=-1 never matches a token: every hypothesis decodes output_len tokens.
-    return decode.beam_search(step_fn, cache, beam_size=beam_size, alpha=cfg.alpha,
-                              max_len=output_len, eos_id=-1)
+    return beam_search.beam_search(step_fn, cache, beam_size=beam_size, alpha=cfg.alpha,
+                                   max_len=output_len, eos_id=-1)
 
   return search
 
@@ -356,7 +371,7 @@ def _ctranslate2_runs(spec, directory, threads):
 def _trained_workload(args):
   """Ours and CTranslate2 translating real sentences with a trained model: run functions."""
   from t2t_jax.data import vocab
-  from t2t_jax.decoding import decode  # pylint: disable=import-outside-toplevel
+  from t2t_jax.decoding import batch  # pylint: disable=import-outside-toplevel
   from t2t_jax.export import convert as export
   from t2t_jax.export import engines
   from t2t_jax.ids import EOS_ID  # pylint: disable=import-outside-toplevel
@@ -370,8 +385,8 @@ def _trained_workload(args):
   max_length = max(engines.output_limits(cfg, [s + [EOS_ID] for s in sources]))
 
   def ours(**settings):
-    return decode.decode_ids(cfg, params, sources, batch_size=args.batch_size,
-                             beam_size=args.beam_size, alpha=0.0, **settings)
+    return batch.decode_ids(cfg, params, sources, batch_size=args.batch_size,
+                            beam_size=args.beam_size, alpha=0.0, **settings)
 
   def theirs(translator):
     ids = {token: i for i, token in enumerate(tokens)}
@@ -436,11 +451,9 @@ def ctranslate2_side_by_side(args) -> None:
         f"{'same as ours':>12}")
   seconds, reference = _best_of(ours, args.repeats)
   rows = [("ours (JAX, float32)", seconds, reference)]
-  if args.workdir:  # several batches: also one at a time, and narrowed as sentences stop
-    for label, setting in (("in_flight=1", dict(in_flight=1)),
-                           ("narrow_batch", dict(narrow_batch=True))):
-      seconds, outputs = _best_of(functools.partial(ours, **setting), args.repeats)
-      rows.append((f"ours, {label}", seconds, outputs))
+  if args.workdir:  # several batches: also one at a time
+    seconds, outputs = _best_of(functools.partial(ours, in_flight=1), args.repeats)
+    rows.append(("ours, in_flight=1", seconds, outputs))
   with tempfile.TemporaryDirectory() as directory:
     spec = export.ctranslate2_spec(cfg, params, tokens)
     for name, translator in _ctranslate2_runs(spec, directory + "/ct2", threads).items():

@@ -30,7 +30,7 @@ import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
-from t2t_jax.decoding import decode  # noqa: E402
+from t2t_jax.decoding import batch  # noqa: E402
 from t2t_jax.export import convert as export
 from t2t_jax.export import engines
 from t2t_jax.ids import EOS_ID, PAD_ID  # noqa: E402
@@ -101,8 +101,8 @@ def main() -> None:
   limits = engines.output_limits(cfg, ids)
   print(f"{workdir}: {len(ids)} sentences of {source}, beam {args.beam_size}")
 
-  ours = {alpha: decode.decode_ids(cfg, params, [i[:-1] for i in ids], beam_size=args.beam_size,
-                                   alpha=alpha) for alpha in (0.0, 0.6)}
+  ours = {alpha: batch.decode_ids(cfg, params, [i[:-1] for i in ids], beam_size=args.beam_size,
+                                  alpha=alpha) for alpha in (0.0, 0.6)}
   print("logits, ours vs transformers (largest |difference| on real positions):")
   for name, value in _logit_differences(cfg, params, ids, ours[0.0]).items():
     print(f"  {name:40} {value:.3g}")

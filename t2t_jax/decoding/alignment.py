@@ -30,7 +30,7 @@ import numpy as np
 from t2t_jax import configs
 from t2t_jax.data.buckets import bucket_length
 from t2t_jax.ids import EOS_ID
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer
 
 Pairs = list[tuple[int, int]]
 
@@ -126,17 +126,6 @@ def format_pairs(pairs: Sequence[tuple[int, int]]) -> str:
   return " ".join(f"{i}-{j}" for i, j in pairs)
 
 
-def parse_pairs(line: str) -> Pairs:
-  """The inverse of `format_pairs`."""
-  pairs = []
-  for item in line.split():
-    i, sep, j = item.partition("-")
-    if not sep or not i.isdigit() or not j.isdigit():
-      raise ValueError(f"{item!r} is not an alignment pair like 3-4")
-    pairs.append((int(i), int(j)))
-  return pairs
-
-
 # ------------------------------------------------------------------- with the model
 
 
@@ -151,11 +140,11 @@ def check_layer_and_head(cfg: configs.TransformerConfig, layer: int,
   return layer % cfg.num_layers
 
 
-@functools.partial(jax.jit, static_argnames=("cfg", "layer", "head"))
+@functools.partial(jax.jit, static_argnames=("model", "layer", "head"))
 def _cross_attention(params: Any, inputs: jax.Array, targets: jax.Array, *,
-                     cfg: configs.TransformerConfig, layer: int,
+                     model: configs.ModelConfig, layer: int,
                      head: Optional[int]) -> jax.Array:
-  _, sown = model.Transformer(cfg).apply({"params": params}, inputs, targets, train=False,
+  _, sown = transformer.Transformer(model).apply({"params": params}, inputs, targets, train=False,
                                          mutable=["intermediates"])
   weights = sown["intermediates"]["decoder"][f"layers_{layer}"]["cross_attention"]
   weights = weights["attention_weights"][0]                          # [batch, heads, tgt, src]
@@ -172,8 +161,8 @@ def cross_attention(cfg: configs.TransformerConfig, params: Any, inputs: Any, ta
   """
   layer = check_layer_and_head(cfg, layer, head)
   return np.asarray(_cross_attention(params, jnp.asarray(inputs, jnp.int32),
-                                     jnp.asarray(targets, jnp.int32), cfg=cfg, layer=layer,
-                                     head=head))
+                                     jnp.asarray(targets, jnp.int32), model=cfg.model,
+                                     layer=layer, head=head))
 
 
 def _padded(rows: Sequence[Sequence[int]], num_rows: int, limit: int) -> np.ndarray:
@@ -187,14 +176,15 @@ def _padded(rows: Sequence[Sequence[int]], num_rows: int, limit: int) -> np.ndar
   return out
 
 
-def align(models: Sequence[tuple[configs.TransformerConfig, Any]],
+def align(models: Sequence[tuple[configs.TransformerConfig | configs.ModelConfig, Any]],
           sources: Sequence[Sequence[int]], source_words: Sequence[Sequence[int]],
           outputs: Sequence[Sequence[int]], output_words: Sequence[Sequence[int]], *,
           layer: int = -1, head: Optional[int] = None) -> list[Pairs]:
   """Word alignments of one batch of (source ids, output ids) pairs, both without EOS.
 
   `models`: (cfg, params) of one model, or of several whose attention is
-  averaged (an ensemble; `layer` counts in each). `source_words[b][p]` is the
+  averaged, as fairseq's ensembles align (`ensemble.Member`s; `layer` counts
+  in each). `source_words[b][p]` is the
   word of source piece p (`encode_words`), `output_words[b][p]` that of output
   piece p (`decode_words`). The batch is padded to a bucketed shape (rows
   rounded up to a power of two) so that few programs compile. Returns one

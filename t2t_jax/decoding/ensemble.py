@@ -1,7 +1,7 @@
 """Ensembles: several models decoded together as one step function.
 
 `ensemble_step(step_fns)` turns the models' step functions into one with the
-contract of `decode.beam_search`, `decode.greedy_search` and `sampling.sample`:
+contract of `beam_search.beam_search`, `beam_search.greedy_search` and `sampling.sample`:
 
   step_fn(caches, tokens [rows], position) -> (log_probs [rows, vocab], caches)
 
@@ -23,20 +23,21 @@ import jax
 import jax.numpy as jnp
 
 from t2t_jax import configs
-from t2t_jax.decoding import decode
 from t2t_jax.decoding import next_token
-from t2t_jax.model import transformer as model
+from t2t_jax.decoding.beam_search import StepFn
+from t2t_jax.model import transformer
 
 Array = jax.Array
 
 
 class Member(NamedTuple):
-  """One model of an ensemble: its config and parameters."""
-  cfg: configs.TransformerConfig
+  """One model of an ensemble: its config (a run's `TransformerConfig` or its `ModelConfig`)
+  and parameters."""
+  cfg: configs.TransformerConfig | configs.ModelConfig
   params: Any
 
 
-def ensemble_step(step_fns: Sequence[decode.StepFn]) -> decode.StepFn:
+def ensemble_step(step_fns: Sequence[StepFn]) -> StepFn:
   """One step function averaging the probabilities of `step_fns`, each with its own cache."""
   step_fns = tuple(step_fns)
   if not step_fns:
@@ -67,21 +68,25 @@ def check_compatible(members: Sequence[Member]) -> None:
                      "vocabulary")
 
 
+def step_function(members: Sequence[Member]) -> StepFn:
+  """The members' `decode_step`s as one step function: one model's own, or the ensemble's."""
+  check_compatible(members)
+  # One model's logits go to the search as they are, vocabulary-major (read in
+  # place, decoding/next_token.py); an ensemble averages row-major log-probabilities.
+  vocab_major = len(members) == 1
+  steps = [functools.partial(transformer.decode_step, m.cfg, m.params, vocab_major=vocab_major)
+           for m in members]
+  return steps[0] if len(members) == 1 else ensemble_step(steps)
+
+
 def init_decoder(members: Sequence[Member], inputs: Array,
-                 max_len: int) -> tuple[Any, decode.StepFn]:
+                 max_len: int) -> tuple[Any, StepFn]:
   """(cache, step_fn) for `inputs` [batch, src]: one model's own, or the ensemble's.
 
   Each model runs its encoder once and keeps its own incremental cache of
   `max_len` positions. One member gives exactly that model's cache and
   `decode_step` (no averaging), so a one-model ensemble is the model.
   """
-  check_compatible(members)
-  caches = tuple(model.init_cache(m.cfg, m.params, inputs, max_len) for m in members)
-  # One model's logits go to the search as they are, vocabulary-major (read in
-  # place, decoding/next_token.py); an ensemble averages row-major log-probabilities.
-  vocab_major = len(members) == 1
-  steps = [functools.partial(model.decode_step, m.cfg, m.params, vocab_major=vocab_major)
-           for m in members]
-  if len(members) == 1:
-    return caches[0], steps[0]
-  return caches, ensemble_step(steps)
+  step_fn = step_function(members)
+  caches = tuple(transformer.init_cache(m.cfg, m.params, inputs, max_len) for m in members)
+  return (caches[0] if len(members) == 1 else caches), step_fn

@@ -1,6 +1,6 @@
 """Next-token log-probabilities from a decoding step's logits, in either layout.
 
-A step function (decoding/decode.py) returns logits [rows, vocab], or `VocabMajor` logits
+A step function (decoding/beam_search.py) returns logits [rows, vocab], or `VocabMajor` logits
 [vocab, rows]: the model's output projection computed as E . y^T (E the
 [vocab, d_model] embedding, y the rows' decoder states). On XLA CPU that product
 runs 1.4x faster than y . E^T for a beam's few rows against a 37000-word

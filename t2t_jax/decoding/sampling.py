@@ -1,6 +1,6 @@
 """Sampling decoder over any incremental step function (e.g. for back-translation).
 
-Same contract as `decode.greedy_search` and `decode.beam_search`:
+Same contract as `beam_search.beam_search` and `beam_search.greedy_search`:
 
   step_fn(cache, tokens [rows], position) -> (logits [rows, vocab], cache)
 
@@ -23,7 +23,7 @@ from typing import Any, Optional
 import jax
 import jax.numpy as jnp
 
-from t2t_jax.decoding import decode
+from t2t_jax.decoding import beam_search
 from t2t_jax.ids import EOS_ID
 
 Array = jax.Array
@@ -56,7 +56,7 @@ def _draw(log_probs: Array, keys: Array, temperature: float, top_k: int) -> Arra
   return jax.vmap(jax.random.categorical)(keys, logits)
 
 
-def sample(step_fn: decode.StepFn, cache: Any, keys: Array, *, max_len: int,
+def sample(step_fn: beam_search.StepFn, cache: Any, keys: Array, *, max_len: int,
            max_lens: Optional[Array] = None, temperature: float = 1.0, top_k: int = 0,
            eos_id: int = EOS_ID) -> tuple[Array, Array]:
   """One sampled output per row.
@@ -71,11 +71,11 @@ def sample(step_fn: decode.StepFn, cache: Any, keys: Array, *, max_len: int,
   """
   _check(keys, temperature, top_k)
   batch = keys.shape[0]
-  limits = decode._sentence_max_lens(max_len, max_lens, batch)  # pylint: disable=protected-access
+  limits = beam_search.sentence_limits(max_len, max_lens, batch)
 
   def draw(log_probs, step):
     step_keys = jax.vmap(jax.random.fold_in, in_axes=(0, None))(keys, step)
     return _draw(log_probs, step_keys, temperature, top_k)                     # [rows]
 
-  return decode.token_by_token(step_fn, cache, draw, max_len=max_len, limits=limits,
-                               eos_id=eos_id)
+  return beam_search.token_by_token(step_fn, cache, draw, max_len=max_len, limits=limits,
+                                    eos_id=eos_id)

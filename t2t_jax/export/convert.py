@@ -224,7 +224,7 @@ def marian_config(cfg: configs.TransformerConfig) -> dict[str, Any]:
 
 
 def generation_config(cfg: configs.TransformerConfig) -> dict[str, Any]:
-  """Defaults for `generate`: our beam; padding never generated, as in decoding/decode.py.
+  """Defaults for `generate`: our beam; padding never generated, as in decoding/beam_search.py.
 
   transformers' length penalty divides by |Y|^alpha, ours by ((5 + |Y|) / 6)^alpha:
   `cfg.alpha` is the nearest setting, not the same ranking (docs/export.md).

@@ -1,6 +1,6 @@
 """Beam search in the exported models, with our decoding settings: ids in, ids out.
 
-    limits = output_limits(cfg, sources)          # as decode.translate_batch
+    limits = output_limits(cfg, sources)          # as batch.translate_batch
     outputs = marian_generate(marian, sources, limits, beam_size=4, length_penalty=0.0)
     outputs, scores = ctranslate2_translate(translator, tokens, sources, limits, beam_size=4)
 
@@ -20,13 +20,13 @@ from typing import Any, Iterator, Optional, Sequence
 import numpy as np
 
 from t2t_jax import configs
-from t2t_jax.decoding import decode
+from t2t_jax.decoding import batch
 from t2t_jax.export import convert as export
 
 
 def output_limits(cfg: configs.TransformerConfig, sources: Sequence[Sequence[int]],
                   max_decode_extra: Optional[int] = None) -> list[int]:
-  """Each sentence's maximum output length, EOS included: as `decode.translate_batch`."""
+  """Each sentence's maximum output length, EOS included: as `batch.translate_batch`."""
   extra = cfg.max_decode_extra if max_decode_extra is None else max_decode_extra
   return [min(len(source) + extra, cfg.max_len) for source in sources]
 
@@ -61,7 +61,7 @@ def marian_generate(marian: Any, sources: Sequence[Sequence[int]], limits: Seque
                                num_beams=beam_size, length_penalty=length_penalty,
                                max_length=limit + 1)
     for i, row in zip(group, tokens.numpy()):
-      outputs[i] = decode.strip_eos(row[1:])
+      outputs[i] = batch.strip_eos(row[1:])
   return outputs
 
 

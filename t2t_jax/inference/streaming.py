@@ -4,7 +4,7 @@
       print(t.text)                        # or t.hypotheses: text, score, alignment each
 
 `lines` is any iterable (a file, stdin, a generator): up to `window` lines are
-read, sorted by length into batches of `batch_size`, decoded (`decoding/generate.py`:
+read, sorted by length into batches of `batch_size`, decoded (`decoding/batch.py`:
 beam search or sampling, one model or an ensemble) and yielded in input order
 before the next window is read, so a million-line file needs the memory of one
 window. Every input line gives one `Translation`: a blank line gives one empty
@@ -31,8 +31,8 @@ import numpy as np
 
 from t2t_jax.data import vocab
 from t2t_jax.decoding import alignment
-from t2t_jax.decoding import decode
-from t2t_jax.decoding import generate
+from t2t_jax.decoding import batch
+from t2t_jax.decoding import ensemble
 from t2t_jax.decoding import in_flight as in_flight_lib
 from t2t_jax.ids import UNK_ID
 
@@ -117,22 +117,23 @@ def encode_line(tokenizer: vocab.Tokenizer, line: str, limit: int, number: int,
 # ------------------------------------------------------------------ the stream
 
 
-def _translate_batch(members: Sequence[generate.Member], tokenizer: vocab.Tokenizer,
+def _translate_batch(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
                      indices: Sequence[int], sources: Sequence[list[int]],
-                     words: Sequence[Optional[list[int]]], search: generate.Search,
+                     words: Sequence[Optional[list[int]]], search: batch.Search,
                      batch_size: int, aligned: Optional[Alignments]) -> list[list[Hypothesis]]:
-  inputs = decode.source_rows(sources, batch_size, generate.max_positions(members))
+  inputs = batch.source_rows(sources, batch_size, batch.max_positions(members))
   ids = np.zeros(len(inputs), np.int64)
   ids[:len(indices)] = indices
-  tokens, scores = generate.decode_batch(members, inputs, search, ids=ids)
-  outputs = [[decode.strip_eos(tokens[b, n]) for n in range(tokens.shape[1])]
+  tokens, scores = batch.decode_batch(members, inputs, search, ids=ids)
+  outputs = [[batch.strip_eos(tokens[b, n]) for n in range(tokens.shape[1])]
              for b in range(len(sources))]
   if aligned is None:
     return [[Hypothesis(ids_to_text(tokenizer, out), float(scores[b, n]))
              for n, out in enumerate(row)] for b, row in enumerate(outputs)]
   texts = [[ids_to_text_and_words(tokenizer, out) for out in row] for row in outputs]
   flat = [(b, n) for b in range(len(sources)) for n in range(len(outputs[b]))]
-  pairs = generate.align_batch(
+  # The members' cross-attention averaged, as fairseq's ensembles align.
+  pairs = alignment.align(
       members, [sources[b] for b, _ in flat], [words[b] for b, _ in flat],
       [outputs[b][n] for b, n in flat], [texts[b][n][1] for b, n in flat],
       layer=aligned.layer, head=aligned.head)
@@ -142,28 +143,23 @@ def _translate_batch(members: Sequence[generate.Member], tokenizer: vocab.Tokeni
 
 
 def _translate_window(members, tokenizer, lines: Sequence[str], first: int, *,
-                      search: generate.Search, batch_size: int, aligned: Optional[Alignments],
+                      search: batch.Search, batch_size: int, aligned: Optional[Alignments],
                       in_flight: int, warn: Callable[[str], None]) -> list[Translation]:
-  limit = generate.max_positions(members) - 1
+  limit = batch.max_positions(members) - 1
   encoded = [encode_line(tokenizer, line, limit, first + k + 1, warn, aligned is not None)
              for k, line in enumerate(lines)]
-  blank = Hypothesis("", 0.0, None if aligned is None else [])
-  results: list[list[Hypothesis]] = [[blank] for _ in lines]
-  order = sorted((k for k, (ids, _) in enumerate(encoded) if ids),
-                 key=lambda k: len(encoded[k][0]))
-  chunks = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
   translate = lambda chunk: _translate_batch(
       members, tokenizer, [first + k for k in chunk], [encoded[k][0] for k in chunk],
       [encoded[k][1] for k in chunk], search, batch_size, aligned)
-  cost = lambda chunk: len(chunk) * len(encoded[chunk[-1]][0])  # sentences x longest source
-  for chunk, done in zip(chunks, in_flight_lib.ordered_map(translate, chunks, in_flight, cost)):
-    for k, hypotheses in zip(chunk, done):
-      results[k] = hypotheses
-  return [Translation(first + k, hypotheses) for k, hypotheses in enumerate(results)]
+  lengths = [len(ids) for ids, _ in encoded]
+  found = batch.by_length(translate, lengths, batch_size=batch_size, in_flight=in_flight,
+                          indices=[k for k, n in enumerate(lengths) if n])
+  blank = Hypothesis("", 0.0, None if aligned is None else [])
+  return [Translation(first + k, found[k] if k in found else [blank]) for k in range(len(lines))]
 
 
-def translate_stream(members: Sequence[generate.Member], tokenizer: vocab.Tokenizer,
-                     lines: Iterable[str], *, search: generate.Search,
+def translate_stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
+                     lines: Iterable[str], *, search: batch.Search,
                      batch_size: int = 64, window: Optional[int] = None,
                      alignments: Optional[Alignments] = None,
                      in_flight: int = in_flight_lib.DEFAULT,
@@ -224,12 +220,3 @@ def format_nbest(translation: Translation, alignments: bool = False) -> list[str
     lines.append("\t".join(fields))
   return lines
 
-
-def parse_nbest(line: str) -> tuple[int, str, float, Optional[list[tuple[int, int]]]]:
-  """One n-best line back to (index, hypothesis, score, alignment or None)."""
-  fields = line.rstrip("\n").split("\t")
-  if len(fields) not in (3, 4) or not fields[0].isdigit():
-    raise ValueError(f"not an n-best line (index TAB hypothesis TAB score [TAB alignment]): "
-                     f"{line!r}")
-  pairs = alignment.parse_pairs(fields[3]) if len(fields) == 4 else None
-  return int(fields[0]), fields[1], float(fields[2]), pairs

@@ -31,7 +31,8 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from t2t_jax import configs
 from t2t_jax.data import vocab
-from t2t_jax.decoding import generate
+from t2t_jax.decoding import batch
+from t2t_jax.decoding import ensemble
 from t2t_jax.decoding import in_flight as in_flight_lib
 from t2t_jax.inference import streaming
 from t2t_jax.runtime import checkpoint
@@ -51,7 +52,7 @@ def load_tokenizer(workdir: str | os.PathLike) -> vocab.Tokenizer:
 
 
 def load_model(path: str | os.PathLike, average: bool = True, **overrides: Any
-               ) -> tuple[generate.Member, vocab.Tokenizer]:
+               ) -> tuple[ensemble.Member, vocab.Tokenizer]:
   """A work directory's or one checkpoint's (config, params) and the tokenizer it was trained with.
 
   `overrides`: config fields to change for decoding, e.g. beam_size=1.
@@ -65,7 +66,7 @@ def load_model(path: str | os.PathLike, average: bool = True, **overrides: Any
     params = checkpoint.load_checkpoint_params(path)
   else:
     params = checkpoint.load_params(workdir, averaged=average)
-  return generate.Member(cfg, params), tokenizer
+  return ensemble.Member(cfg, params), tokenizer
 
 
 def _check_same_vocabulary(first: str, tokenizer: vocab.Tokenizer, cfg: configs.TransformerConfig,
@@ -88,10 +89,10 @@ def translate_lines(cfg: configs.TransformerConfig, params: Params, tokenizer: v
 
   Blank lines give "" without decoding; long lines are truncated with a warning.
   """
-  search = generate.Search.from_config(cfg, beam_size=beam_size, alpha=alpha,
-                                       max_decode_extra=max_decode_extra)
+  search = batch.Search.from_config(cfg, beam_size=beam_size, alpha=alpha,
+                                    max_decode_extra=max_decode_extra)
   stream = streaming.translate_stream(
-      [generate.Member(cfg, params)], tokenizer, lines, search=search,
+      [ensemble.Member(cfg, params)], tokenizer, lines, search=search,
       batch_size=batch_size or cfg.decode_batch_size, window=max(len(lines), 1), warn=warn)
   return [t.text for t in stream]
 
@@ -137,7 +138,7 @@ class Translator:
     settings and `batch_size` default to the config's; `window` lines are held
     at once (default 16 batches), `in_flight` batches of them decoding at once.
     """
-    search = generate.Search.from_config(
+    search = batch.Search.from_config(
         self.cfg, beam_size=beam_size, alpha=alpha, max_decode_extra=max_decode_extra,
         n_best=n_best, sample=sample, temperature=temperature, top_k=top_k, seed=seed)
     if alignments is True:

@@ -83,7 +83,7 @@ def tile(cache: Any, r: int, *, shared: bool = True) -> Any:
 
 
 def take_rows(cache: Any, rows: Array, *, shared: bool = True) -> Any:
-  """Per-row leaves reordered (or narrowed) to `rows` [new_rows] int32 indices.
+  """Per-row leaves reordered to `rows` [new_rows] int32 indices.
 
   Unordered parts stay as they are: their rows are where the reordered records
   point. With `shared=False` (the reference) they are reordered too: every
@@ -94,22 +94,6 @@ def take_rows(cache: Any, rows: Array, *, shared: bool = True) -> Any:
   # ("fill", the default): the searches only pass rows that exist.
   return map_rows(lambda x: jnp.take(x, rows, axis=0, mode="clip"), cache, shared=shared,
                   unordered=not shared)
-
-
-def take_sentences(cache: Any, sentences: Array, r: int) -> Any:
-  """The cache of `sentences` [new_batch] int32 (indices of the batch's sentences) alone.
-
-  PerSentence parts keep those sentences, every per-row part (Unordered included)
-  the r rows of each, in order: a search narrows its batch to the sentences it
-  still decodes, and each keeps its rows and the step function's records of them.
-  """
-  row_index = (sentences[:, None] * r + jnp.arange(r)).reshape(-1)
-
-  def visit(x):
-    pick = sentences if isinstance(x, PerSentence) else row_index
-    take = lambda leaf: jnp.take(leaf, pick, axis=0, mode="clip")
-    return x.replace(value=jax.tree.map(take, x.value)) if _is_wrapper(x) else take(x)
-  return jax.tree.map(visit, cache, is_leaf=_is_wrapper)
 
 
 def rows(cache: Any, *, shared: bool = True) -> int | None:

@@ -16,12 +16,13 @@ import jax
 import numpy as np
 import pytest
 
+import formats
 from t2t_jax import configs
 from t2t_jax.cli import translate
 from t2t_jax.data import demo
 from t2t_jax.data import textio
 from t2t_jax.data import vocab
-from t2t_jax.decoding import decode
+from t2t_jax.decoding import batch
 from t2t_jax.ids import EOS_ID, UNK_ID
 from t2t_jax.inference import bleu as evaluate
 from t2t_jax.inference import streaming
@@ -117,13 +118,13 @@ def test_command_line_stdin_to_stdout_and_files(workdir, translator, monkeypatch
 
   # The flags reach the search.
   calls = []
-  search = decode._beam_decode  # pylint: disable=protected-access
+  search = batch._beam_decode  # pylint: disable=protected-access
 
   def spy(params, inputs, max_lens, **settings):
     calls.append((inputs.shape, settings))
     return search(params, inputs, max_lens, **settings)
 
-  monkeypatch.setattr(decode, "_beam_decode", spy)
+  monkeypatch.setattr(batch, "_beam_decode", spy)
   source, target = tmp_path / "in.txt", tmp_path / "out.txt"
   # Short lines: both batches have the same shape, so one program is compiled.
   source.write_text("the dog sleeps\n\na\nthe dog\n", encoding="utf-8")
@@ -190,7 +191,7 @@ def _run(workdir, tmp_path, *flags, lines=SHORT):
 
 def test_nbest_lists_with_alignments(workdir, translator, tmp_path):
   rows = _run(workdir, tmp_path, "--nbest", "2", "--alignments")
-  parsed = [streaming.parse_nbest(row) for row in rows]
+  parsed = [formats.parse_nbest(row) for row in rows]
   assert [p[0] for p in parsed] == [0, 0, 1, 2, 2, 3, 3, 4, 4]  # one empty hypothesis for ""
   assert parsed[2] == (1, "", 0.0, [])
   best = [p[1] for i, p in enumerate(parsed) if i == 0 or parsed[i - 1][0] != p[0]]

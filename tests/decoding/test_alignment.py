@@ -5,6 +5,7 @@ import jax
 import numpy as np
 import pytest
 
+import formats
 from t2t_jax import configs
 from t2t_jax.data import demo
 from t2t_jax.data import vocab
@@ -84,13 +85,13 @@ def test_hard_alignment_takes_the_argmax_source_piece_and_dedupes_words():
   pairs = alignment.hard_alignment(attention, source_words, target_words)
   assert pairs == [(0, 0), (0, 1), (1, 2)]
   assert alignment.format_pairs(pairs) == "0-0 0-1 1-2"
-  assert alignment.parse_pairs("0-0 0-1 1-2") == pairs
+  assert formats.parse_pairs("0-0 0-1 1-2") == pairs
   assert alignment.hard_alignment(attention, [], target_words) == []
   assert alignment.hard_alignment(attention, source_words, []) == []
   with pytest.raises(ValueError, match="does not cover"):
     alignment.hard_alignment(attention[:2], source_words, target_words)
   with pytest.raises(ValueError, match="not an alignment pair"):
-    alignment.parse_pairs("0-0 1:2")
+    formats.parse_pairs("0-0 1:2")
 
 
 # ------------------------------------------------------------------ tiny model

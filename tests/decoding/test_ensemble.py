@@ -9,7 +9,7 @@ import numpy as np
 import pytest
 
 from t2t_jax import configs
-from t2t_jax.decoding import decode
+from t2t_jax.decoding import beam_search
 from t2t_jax.decoding import ensemble
 from t2t_jax.decoding import next_token
 from t2t_jax.ids import EOS_ID
@@ -65,7 +65,7 @@ def test_one_model_is_the_model_and_two_identical_models_search_like_one(members
   inputs = _inputs()
   cache, step_fn = ensemble.init_decoder(members[:1], inputs, 10)
   assert isinstance(step_fn, functools.partial) and step_fn.func is model.decode_step
-  search = functools.partial(decode.beam_search, beam_size=3, alpha=0.6, max_len=10, n_best=2)
+  search = functools.partial(beam_search.beam_search, beam_size=3, alpha=0.6, max_len=10, n_best=2)
   one_tokens, one_scores = search(step_fn, cache)
   pair_cache, pair_step = ensemble.init_decoder(members[:1] * 2, inputs, 10)
   pair_tokens, pair_scores = search(pair_step, pair_cache)

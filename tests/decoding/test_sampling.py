@@ -7,7 +7,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax.decoding import decode
+from formats import check_well_formed
+from t2t_jax.decoding import beam_search
 from t2t_jax.decoding import sampling
 from t2t_jax.ids import EOS_ID, PAD_ID
 
@@ -29,13 +30,6 @@ def position_step(cache, tokens, position):
   return jax.lax.dynamic_index_in_dim(cache["table"], position, axis=1, keepdims=False), cache
 
 
-def well_formed(tokens, max_lens):
-  for row, limit in zip(np.asarray(tokens), max_lens):
-    used = int(np.count_nonzero(row))
-    assert np.all(row[used:] == PAD_ID) and EOS_ID not in row[:used - 1], row
-    assert 1 <= used <= limit, (row, limit)
-
-
 @functools.partial(jax.jit, static_argnames=("step_fn", "max_len", "temperature", "top_k"))
 def jit_sample(step_fn, cache, keys, max_lens, *, max_len, temperature=1.0, top_k=0):
   return sampling.sample(step_fn, cache, keys, max_len=max_len, max_lens=max_lens,
@@ -50,14 +44,14 @@ def test_top_1_is_greedy():
   batch, max_len = 6, 10
   cache = prefix_cache(seed=1, batch=batch, vocab=12)
   max_lens = np.array([10, 3, 7, 1, 10, 5])
-  greedy, greedy_log_prob = decode.greedy_search(prefix_step, cache, max_len=max_len,
-                                                 max_lens=max_lens)
+  greedy, greedy_log_prob = beam_search.greedy_search(prefix_step, cache, max_len=max_len,
+                                                      max_lens=max_lens)
   for seed in (0, 1):
     tokens, log_prob = jit_sample(prefix_step, cache, keys_for(seed, batch), max_lens,
                                   max_len=max_len, temperature=0.7, top_k=1)
     np.testing.assert_array_equal(tokens, greedy)
     np.testing.assert_allclose(log_prob, greedy_log_prob, rtol=1e-6)
-  well_formed(greedy, max_lens)
+  check_well_formed(greedy, max_lens)
 
 
 def test_same_keys_same_samples_other_keys_other_samples_and_rows_are_independent():
@@ -70,7 +64,7 @@ def test_same_keys_same_samples_other_keys_other_samples_and_rows_are_independen
   np.testing.assert_array_equal(first, again)
   np.testing.assert_array_equal(first_lp, again_lp)
   assert (np.asarray(first) != np.asarray(other)).any(axis=1).sum() >= batch // 2
-  well_formed(first, max_lens)
+  check_well_formed(first, max_lens)
   # A sentence keeps its sample when decoded in another row (same shapes: no new compile).
   order = np.random.default_rng(0).permutation(batch)
   moved = jax.tree.map(lambda x: x[order], cache)
@@ -103,7 +97,7 @@ def test_only_the_top_k_tokens_are_drawn_and_never_padding():
   tokens, _ = jit_sample(position_step, cache, keys_for(7, batch), np.full(batch, max_len),
                          max_len=max_len, temperature=3.0, top_k=k)
   tokens = np.asarray(tokens)
-  well_formed(tokens, np.full(batch, max_len))
+  check_well_formed(tokens, np.full(batch, max_len))
   allowed = table.copy()
   allowed[:, :, PAD_ID] = -np.inf
   top = np.argsort(-allowed, axis=-1)[:, :, :k]                       # [batch, max_len, k]

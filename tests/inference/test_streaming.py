@@ -7,10 +7,12 @@ import jax
 import numpy as np
 import pytest
 
+import formats
 from t2t_jax import configs
 from t2t_jax.data import demo
 from t2t_jax.data import vocab
-from t2t_jax.decoding import generate
+from t2t_jax.decoding import batch
+from t2t_jax.decoding import ensemble
 from t2t_jax.ids import EOS_ID
 from t2t_jax.inference import streaming
 from t2t_jax.model import transformer as model
@@ -32,7 +34,7 @@ def members():
   embedding = 10.0 * np.asarray(params["embedding"]["embedding"])
   embedding[EOS_ID] = 0.0
   params["embedding"]["embedding"] = embedding
-  return [generate.Member(CFG, params)]
+  return [ensemble.Member(CFG, params)]
 
 
 def _distinct_lines(tokenizer, count):
@@ -50,7 +52,7 @@ def _distinct_lines(tokenizer, count):
 
 def test_thousands_of_lines_stream_in_order_in_bounded_memory(members, tokenizer):
   distinct = _distinct_lines(tokenizer, 40) + [""]
-  search = generate.Search.from_config(CFG)
+  search = batch.Search.from_config(CFG)
   reference = {line: t.text for line, t in zip(distinct, streaming.translate_stream(
       members, tokenizer, distinct, search=search, batch_size=64))}
   assert reference[""] == ""
@@ -81,7 +83,7 @@ def test_blank_and_long_lines(members, tokenizer):
   long_line = " ".join(["the old man saw the small dog"] * 6)
   out = list(streaming.translate_stream(
       members, tokenizer, ["", "  ", "the dog", long_line], warn=warnings.append,
-      search=generate.Search.from_config(CFG), batch_size=4,
+      search=batch.Search.from_config(CFG), batch_size=4,
       alignments=streaming.Alignments()))
   assert [t.text for t in out[:2]] == ["", ""]
   assert out[0].hypotheses == [streaming.Hypothesis("", 0.0, [])]
@@ -91,7 +93,7 @@ def test_blank_and_long_lines(members, tokenizer):
 
 def test_nbest_and_alignment_formats(members, tokenizer):
   lines = ["the dog sleeps", "", "yesterday the old man saw the small dog", "a house"]
-  search = generate.Search.from_config(CFG, beam_size=3, n_best=3)
+  search = batch.Search.from_config(CFG, beam_size=3, n_best=3)
   out = list(streaming.translate_stream(members, tokenizer, lines, search=search, batch_size=2,
                                         alignments=streaming.Alignments(layer=0)))
   one_best = list(streaming.translate_stream(members, tokenizer, lines, search=search,
@@ -99,7 +101,7 @@ def test_nbest_and_alignment_formats(members, tokenizer):
   assert [t.text for t in out] == [t.text for t in one_best]
   rows = list(itertools.chain.from_iterable(streaming.format_nbest(t, alignments=True)
                                             for t in out))
-  parsed = [streaming.parse_nbest(row) for row in rows]
+  parsed = [formats.parse_nbest(row) for row in rows]
   assert [p[0] for p in parsed] == [0, 0, 0, 1, 2, 2, 2, 3, 3, 3]
   for t in out:
     scores = [h.score for h in t.hypotheses]
@@ -116,4 +118,4 @@ def test_nbest_and_alignment_formats(members, tokenizer):
   assert line.split("\t") == [out[2].text, " ".join(f"{i}-{j}" for i, j in out[2].hypotheses[0]
                                                     .alignment)]
   with pytest.raises(ValueError, match="not an n-best line"):
-    streaming.parse_nbest("just a translation")
+    formats.parse_nbest("just a translation")

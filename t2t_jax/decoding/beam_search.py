@@ -1,4 +1,4 @@
-"""Beam search and greedy decoding over any incremental `decode_step` (section 6.1).
+"""Beam search over any incremental step function (section 6.1); no model in sight.
 
 The search is written against a step function
 
@@ -6,8 +6,10 @@ The search is written against a step function
 
 (or logits `next_token.VocabMajor` [vocab, rows], which beam search reads faster),
 whose cache is a pytree with a leading `rows` dim on every leaf: the model's
-`decode_step` with `cfg` and `params` bound (`translate_batch`), the uncached
-reference `uncached_decoder`, or a toy function in the tests. Beams are rows
+`decode_step` with its config and params bound, an ensemble's
+(decoding/ensemble.py), the uncached reference (`batch.uncached_decoder`), or a
+toy function in the tests. This module imports no model: decoding/batch.py binds
+one and runs the search over a batch of sentences. Beams are rows
 `batch * beam_size`; the cache's per-row parts are tiled to beams once and
 reordered by parent after every step, its per-sentence parts are shared by the
 beams, and its position buffers may grow in chunks (model/decode_cache.py).
@@ -21,7 +23,8 @@ generated.
 Which hypotheses finish: of the `2 * beam_size` best extensions, those ending in
 EOS that rank within the best `beam_size` (as in fairseq); the beam stays
 `beam_size` wide with the best extensions not ending in EOS. With one beam this
-is greedy decoding whenever alpha = 0.
+is greedy decoding whenever alpha = 0: `greedy_search`, the plain loop that
+beam search of one beam (and top-1 sampling) is tested against.
 """
 
 from __future__ import annotations
@@ -31,15 +34,10 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 
-from t2t_jax import configs
-from t2t_jax.data.buckets import BUCKET_LENGTHS, bucket_length
-from t2t_jax.decoding import in_flight as in_flight_lib
 from t2t_jax.decoding import next_token
 from t2t_jax.ids import EOS_ID, PAD_ID
 from t2t_jax.model import decode_cache
-from t2t_jax.model import transformer as model
 
 Array = jax.Array
 StepFn = Callable[[Any, Array, Array], tuple[next_token.Logits, Any]]
@@ -59,7 +57,9 @@ def _batch_size(cache: Any) -> int:
   return leaves[0].shape[0]
 
 
-def _sentence_max_lens(max_len: int, max_lens: Optional[Array], batch: int) -> Array:
+def sentence_limits(max_len: int, max_lens: Optional[Array], batch: int) -> Array:
+  """Each sentence's maximum output length [batch] int32: `max_lens` clipped to 1..max_len,
+  or max_len for all when None."""
   if max_lens is None:
     return jnp.full((batch,), max_len, jnp.int32)
   return jnp.clip(jnp.asarray(max_lens, jnp.int32), 1, max_len)
@@ -78,14 +78,17 @@ def greedy_search(step_fn: StepFn, cache: Any, *, max_len: int,
                   max_lens: Optional[Array] = None, eos_id: int = EOS_ID) -> tuple[Array, Array]:
   """Most probable next token at each step, until EOS or the sentence's maximum length.
 
-  `max_len` is the static output length; `max_lens` [batch] optional per-sentence
+  The reference that `beam_search` with one beam and alpha 0 is tested against
+  (tests/decoding/test_beam_search.py), and top-1 sampling too
+  (tests/decoding/test_sampling.py); decoding itself runs beam search (beam_size=1
+  is greedy). `max_len` is the static output length; `max_lens` [batch] optional per-sentence
   maxima (<= max_len). Returns tokens [batch, max_len] (0 after EOS) and the
   summed log-probabilities [batch] float32 (no length penalty).
   """
   batch = _batch_size(cache)
   greedy = lambda log_probs, step: jnp.argmax(log_probs, axis=-1)
   return token_by_token(step_fn, cache, greedy, max_len=max_len,
-                        limits=_sentence_max_lens(max_len, max_lens, batch), eos_id=eos_id)
+                        limits=sentence_limits(max_len, max_lens, batch), eos_id=eos_id)
 
 
 def token_by_token(step_fn: StepFn, cache: Any, choose: Callable[[Array, Array], Array], *,
@@ -239,7 +242,7 @@ def beam_start(cache: Any, *, beam_size: int, max_len: int, max_lens: Optional[A
   first_beam = jnp.arange(k) == 0
   return BeamState(
       step=jnp.int32(0),
-      limits=_sentence_max_lens(max_len, max_lens, batch),
+      limits=sentence_limits(max_len, max_lens, batch),
       alive_seqs=jnp.zeros((batch, k, max_len), jnp.int32),
       # Only beam 0 holds the empty prefix, so the first step does not pick k copies.
       alive_log_prob=jnp.where(first_beam, 0.0, NEG_INF)[None].repeat(batch, 0),
@@ -259,16 +262,13 @@ def _before_first_step(state: BeamState, shared: bool) -> bool:
 
 
 def beam_run(step_fn: StepFn, state: BeamState, *, until: int, alpha: float = 0.6,
-             eos_id: int = EOS_ID, n_best: int = 1, shared: bool = True,
-             stop_at_live: int = 0) -> BeamState:
+             eos_id: int = EOS_ID, n_best: int = 1, shared: bool = True) -> BeamState:
   """Steps until position `until` (exclusive) or until every sentence has stopped.
 
   The cache's Positions buffers are resized to `until` first (model/decode_cache.py),
   so a search can run in chunks whose self-attention covers the filled prefix
   rather than the whole output length; `until` must not fall below the state's
   step (a shorter buffer would lose keys/values already written).
-  `stop_at_live`: also stop once at most this many sentences are still being
-  decoded, so that the caller can `narrow` the batch to them.
   """
   _check_settings(alpha, state.alive_seqs.shape[1], n_best)
   until = min(until, state.alive_seqs.shape[2])
@@ -279,23 +279,7 @@ def beam_run(step_fn: StepFn, state: BeamState, *, until: int, alpha: float = 0.
   if _before_first_step(state, shared):
     state = step(state, first=True)
   return jax.lax.while_loop(
-      lambda s: (s.step < until) & (jnp.sum(~s.sentence_done) > stop_at_live), step, state)
-
-
-def narrow(state: BeamState, sentences: Array) -> BeamState:
-  """The search of `sentences` [new_batch] int32 alone (indices of the batch's sentences).
-
-  Each keeps its hypotheses and cache rows (decode_cache.take_sentences), so the
-  search goes on as it would have in the whole batch: dropping stopped sentences
-  saves their share of every later step.
-  """
-  batch = state.limits.shape[0]
-  r = decode_cache.rows(state.cache) // batch                    # 1 before the first step
-  take = lambda x: jnp.take(x, sentences, axis=0, mode="clip")
-  per_sentence = {name: take(getattr(state, name)) for name in BeamState._fields
-                  if name not in ("step", "cache")}
-  return state._replace(cache=decode_cache.take_sentences(state.cache, sentences, r),
-                        **per_sentence)
+      lambda s: (s.step < until) & ~jnp.all(s.sentence_done), step, state)
 
 
 def beam_search(step_fn: StepFn, cache: Any, *, beam_size: int = 4, alpha: float = 0.6,
@@ -329,232 +313,3 @@ def beam_search(step_fn: StepFn, cache: Any, *, beam_size: int = 4, alpha: float
     state = beam_run(step_fn, state, until=until, alpha=alpha, eos_id=eos_id, n_best=n_best,
                      shared=shared)
   return state.done_seqs[:, :n_best], state.done_score[:, :n_best]
-
-
-# ------------------------------------------------------------------- with the model
-
-
-def uncached_decoder(cfg: configs.TransformerConfig, params: Any, inputs: Array,
-                     max_len: int) -> tuple[Any, StepFn]:
-  """A (cache, step_fn) pair that reruns the whole decoder on the prefix every step.
-
-  The encoder runs once (as with the cache); each step then applies the
-  teacher-forced `Transformer.decode` to all `max_len` positions and reads one.
-  It exists to check that the incremental cache changes nothing (same tokens)
-  and to measure what it saves.
-  """
-  batch = inputs.shape[0]
-  encoded = model.Transformer(cfg).apply({"params": params}, inputs,
-                                         method=model.Transformer.encode)
-  state = {"inputs": inputs, "prefix": jnp.zeros((batch, max_len), jnp.int32), "encoded": encoded}
-  return state, functools.partial(_uncached_step, cfg, params)
-
-
-def _uncached_step(cfg, params, state, tokens, position):
-  # `tokens` is the output at position - 1 (the model shifts targets right itself).
-  written = jax.lax.dynamic_update_index_in_dim(
-      state["prefix"], tokens, jnp.maximum(position - 1, 0), axis=1)
-  prefix = jnp.where(position == 0, state["prefix"], written)
-  # The teacher-forced decoder hides target positions holding padding; any
-  # non-zero id at `position` keeps the query real (its value is never read).
-  targets = jax.lax.dynamic_update_index_in_dim(
-      prefix, jnp.full_like(tokens, EOS_ID), position, axis=1)
-  logits = model.Transformer(cfg).apply(
-      {"params": params}, state["encoded"], state["inputs"], targets,
-      method=model.Transformer.decode)                                 # [rows, max_len, vocab]
-  next_logits = jax.lax.dynamic_index_in_dim(logits, position, axis=1, keepdims=False)
-  return next_logits, {**state, "prefix": prefix}
-
-
-def _step_fn(cfg: configs.TransformerConfig, params: Any, cached: bool) -> StepFn:
-  if cached:
-    return functools.partial(model.decode_step, cfg, params, vocab_major=True)
-  return functools.partial(_uncached_step, cfg, params)
-
-
-def chunk_lengths(max_len: int) -> list[int]:
-  """Where `translate_batch` grows the self-attention cache: 32, 64, 128, ... then max_len.
-
-  Each chunk after the first is one more compiled program per batch shape,
-  compiled when a batch first decodes that far; doubling keeps them few while
-  the buffer stays within twice the filled prefix. The first covers most
-  sentences of a usual test set, so their batches compile one program, as
-  without chunks.
-  """
-  lengths = [n for n in BUCKET_LENGTHS if n >= 32 and n & (n - 1) == 0 and n < max_len]
-  return lengths + [max_len]
-
-
-@functools.partial(jax.jit, static_argnames=("cfg", "beam_size", "alpha", "max_len", "until",
-                                             "n_best", "cached", "stop_at_live"))
-def _start(params, inputs, max_lens, *, cfg, beam_size, alpha, max_len, until, n_best,
-           cached, stop_at_live) -> BeamState:
-  """The encoder, then the search's first chunk: positions below `until`."""
-  if cached:
-    cache = decode_cache.resize(model.init_cache(cfg, params, inputs, max_len), until)
-  else:
-    cache, _ = uncached_decoder(cfg, params, inputs, max_len)
-  state = beam_start(cache, beam_size=beam_size, max_len=max_len, max_lens=max_lens)
-  return beam_run(_step_fn(cfg, params, cached), state, until=until, alpha=alpha, n_best=n_best,
-                  stop_at_live=stop_at_live)
-
-
-@functools.partial(jax.jit, static_argnames=("cfg", "alpha", "until", "n_best", "cached",
-                                             "stop_at_live"))
-def _run(params, state, *, cfg, alpha, until, n_best, cached, stop_at_live) -> BeamState:
-  return beam_run(_step_fn(cfg, params, cached), state, until=until, alpha=alpha, n_best=n_best,
-                  stop_at_live=stop_at_live)
-
-
-_narrow = jax.jit(narrow)
-
-# Sentences below which a batch is not narrowed further: a smaller batch saves
-# little per step, and each batch size is one more program to compile.
-MIN_NARROWED = 8
-
-
-def _narrowed_size(batch: int, live: int) -> int:
-  """The batch size a search of `batch` sentences goes on with when `live` of them are left."""
-  while batch // 2 >= max(live, MIN_NARROWED):
-    batch //= 2
-  return batch
-
-
-def _narrow_at(batch: int) -> int:
-  """How few live sentences make a search of `batch` narrow (`stop_at_live`); 0: never."""
-  return batch // 2 if batch // 2 >= MIN_NARROWED else 0
-
-
-def _beam_decode(params: Any, inputs: Array, max_lens: Array, *, cfg: configs.TransformerConfig,
-                 beam_size: int, alpha: float, max_len: int, n_best: int, cached: bool,
-                 narrow_batch: bool) -> tuple[Array, Array]:
-  """`beam_search` in chunks of growing cache length, each chunk a program of its own.
-
-  Stops after the chunk where every sentence has stopped, so the programs for
-  longer caches are neither run nor compiled for batches that never need them.
-  `narrow_batch`: whenever at most half of the batch is still being decoded, the
-  search goes on with those sentences alone, in a batch half as large (or
-  smaller, down to MIN_NARROWED sentences). The translations are the same and
-  the stopped sentences cost no more steps; each narrower batch is one more
-  program to compile.
-  """
-  chunks = chunk_lengths(max_len)
-  settings = dict(cfg=cfg, alpha=alpha, n_best=n_best, cached=cached)
-  batch = inputs.shape[0]
-  tokens = np.zeros((batch, n_best, max_len), np.int32)
-  scores = np.zeros((batch, n_best), np.float32)
-  rows = np.arange(batch)                          # the input row of each sentence searched
-
-  def record(state: BeamState, which: np.ndarray) -> None:
-    tokens[rows[which]] = np.asarray(state.done_seqs)[which, :n_best]
-    scores[rows[which]] = np.asarray(state.done_score)[which, :n_best]
-
-  narrow_at = _narrow_at if narrow_batch else (lambda size: 0)
-  state = _start(params, inputs, max_lens, beam_size=beam_size, max_len=max_len,
-                 until=chunks[0], stop_at_live=narrow_at(batch), **settings)
-  while True:
-    done = np.asarray(state.sentence_done)
-    if done.all():
-      break
-    live = np.flatnonzero(~done)
-    size = _narrowed_size(len(rows), len(live)) if narrow_batch else len(rows)
-    if size < len(rows):  # go on with the live sentences, filled up with stopped ones
-      keep = np.concatenate([live, np.flatnonzero(done)[:size - len(live)]])
-      record(state, np.setdiff1d(np.arange(len(rows)), keep))
-      state, rows = _narrow(state, jnp.asarray(keep, jnp.int32)), rows[keep]
-    until = next(c for c in chunks if c > int(state.step))
-    state = _run(params, state, until=until, stop_at_live=narrow_at(len(rows)), **settings)
-  record(state, np.arange(len(rows)))
-  return tokens, scores
-
-
-def translate_batch(cfg: configs.TransformerConfig, params: Any, inputs: Array, *,
-                    beam_size: Optional[int] = None, alpha: Optional[float] = None,
-                    max_decode_extra: Optional[int] = None, n_best: int = 1,
-                    cached: bool = True, narrow_batch: bool = False) -> tuple[Array, Array]:
-  """Beam search for one batch of source ids [batch, length] (EOS-terminated, 0-padded).
-
-  Settings default to the config's (beam 4, alpha 0.6, input length + 50). Each
-  sentence may produce up to its own length (EOS included) + max_decode_extra
-  tokens, capped by the model's cfg.max_len positions. Returns NumPy tokens
-  [batch, n_best, max_len] and scores [batch, n_best] as `beam_search`; an
-  all-padding (filler) row stops after one token. The search runs in chunks
-  (`chunk_lengths`), each a program of its own. `narrow_batch`: go on with
-  fewer sentences once half of them have stopped (`_beam_decode`): 1.1x faster
-  on the demo test set once compiled, but each narrower batch is a program more
-  to compile, which a single pass over a test set pays several times over
-  (docs/benchmarks.md), hence off by default.
-  """
-  inputs = np.asarray(inputs, np.int32)
-  if inputs.ndim != 2:
-    raise ValueError(f"inputs must be [batch, length] ids, got shape {inputs.shape}")
-  if inputs.shape[1] > cfg.max_len:
-    raise ValueError(f"inputs have length {inputs.shape[1]} > cfg.max_len={cfg.max_len}; "
-                     "truncate the sources first")
-  extra = cfg.max_decode_extra if max_decode_extra is None else max_decode_extra
-  max_len = min(inputs.shape[1] + extra, cfg.max_len)
-  lengths = (inputs != PAD_ID).sum(axis=1)
-  # An all-padding row is a filler (as in training batches): stop it after one token.
-  max_lens = np.where(lengths == 0, 1, np.minimum(lengths + extra, max_len)).astype(np.int32)
-  return _beam_decode(
-      params, jnp.asarray(inputs), jnp.asarray(max_lens), cfg=cfg,
-      beam_size=cfg.beam_size if beam_size is None else beam_size,
-      alpha=float(cfg.alpha if alpha is None else alpha), max_len=max_len, n_best=n_best,
-      cached=cached, narrow_batch=narrow_batch)
-
-
-def strip_eos(tokens: Sequence[int]) -> list[int]:
-  """The ids before the first EOS (or padding)."""
-  out = []
-  for token in tokens:
-    if token in (EOS_ID, PAD_ID):
-      break
-    out.append(int(token))
-  return out
-
-
-def source_rows(sources: Sequence[Sequence[int]], batch_size: int, max_len: int) -> np.ndarray:
-  """EOS-terminated id rows [rows, width] int32 of a decoding batch, padded with PAD.
-
-  width: the bucket (data/buckets.py) of the longest source with EOS, at most
-  max_len; rows: a power of two, at most batch_size. Each shape is a program
-  to compile, so they come from short series; the width follows the sources
-  closely because the encoder and every step's cross-attention pay for it.
-  """
-  width = min(bucket_length(max(len(s) for s in sources) + 1), max_len)
-  inputs = np.zeros((min(batch_size, 1 << (len(sources) - 1).bit_length()), width), np.int32)
-  for row, ids in enumerate(sources):
-    inputs[row, :len(ids) + 1] = [*ids, EOS_ID]
-  return inputs
-
-
-def decode_ids(cfg: configs.TransformerConfig, params: Any, sources: Sequence[Sequence[int]], *,
-               batch_size: Optional[int] = None, cached: bool = True,
-               in_flight: int = in_flight_lib.DEFAULT, **search: Any) -> list[list[int]]:
-  """Translates id sequences (without EOS) to id sequences (without EOS), in input order.
-
-  Sentences are sorted by length and decoded `batch_size` at a time (default
-  cfg.decode_batch_size), `in_flight` batches at once (decoding/in_flight.py); batch
-  shapes are rounded up to a few buckets so that a test set compiles a handful
-  of programs. `search` goes to `translate_batch` (beam_size, alpha,
-  max_decode_extra, narrow_batch).
-  """
-  batch_size = cfg.decode_batch_size if batch_size is None else batch_size
-  too_long = [i for i, s in enumerate(sources) if len(s) + 1 > cfg.max_len]
-  if too_long:
-    raise ValueError(f"source {too_long[0]} has {len(sources[too_long[0]])} ids; at most "
-                     f"cfg.max_len - 1 = {cfg.max_len - 1} fit with EOS: truncate it first")
-  order = sorted(range(len(sources)), key=lambda i: len(sources[i]))
-  chunks = [order[start:start + batch_size] for start in range(0, len(order), batch_size)]
-
-  def best(chunk: list[int]) -> np.ndarray:
-    inputs = source_rows([sources[i] for i in chunk], batch_size, cfg.max_len)
-    tokens, _ = translate_batch(cfg, params, inputs, cached=cached, **search)
-    return np.asarray(tokens[:, 0])
-
-  results: list[list[int]] = [[] for _ in sources]
-  cost = lambda chunk: len(chunk) * len(sources[chunk[-1]])  # sentences x longest source
-  for chunk, tokens in zip(chunks, in_flight_lib.ordered_map(best, chunks, in_flight, cost)):
-    for row, i in enumerate(chunk):
-      results[i] = strip_eos(tokens[row])
-  return results

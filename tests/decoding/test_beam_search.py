@@ -1,21 +1,50 @@
-"""Beam search against brute force on toy step functions; cache == no cache on a tiny model."""
+"""Beam search against brute force on toy step functions (no model); the cache's wrappers."""
 
+import ast
 import functools
 import itertools
+import pathlib
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax import configs
-from t2t_jax.decoding import decode
+from formats import check_well_formed
+from t2t_jax.decoding import beam_search
 from t2t_jax.decoding import topk
+from t2t_jax.decoding.batch import strip_eos
 from t2t_jax.ids import EOS_ID, PAD_ID
 from t2t_jax.model import decode_cache
-from t2t_jax.model import transformer as model
 
 STATES = 97  # hidden states of the toy step function
+PACKAGE = pathlib.Path(beam_search.__file__).resolve().parents[1]
+
+
+def _package_imports(module):
+  """The package's modules that `module` ("decoding.beam_search") imports in its source."""
+  found = set()
+  for node in ast.walk(ast.parse((PACKAGE / f"{module.replace('.', '/')}.py").read_text())):
+    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("t2t_jax."):
+      base = node.module[len("t2t_jax."):]
+      for alias in node.names:
+        name = f"{base}.{alias.name}"
+        found.add(name if (PACKAGE / f"{name.replace('.', '/')}.py").exists() else base)
+  return found
+
+
+def test_the_searches_import_no_model():
+  # What beam search and sampling read, all the way down: the cache's layout and
+  # the logits' (model/decode_cache.py, model/logits.py), never the Transformer.
+  seen, todo = set(), ["decoding.beam_search", "decoding.sampling"]
+  while todo:
+    module = todo.pop()
+    if module not in seen:
+      seen.add(module)
+      todo.extend(_package_imports(module))
+  assert {m for m in seen if m.startswith("model")} == {"model.decode_cache", "model.logits"}
+  assert not {m for m in seen if m.startswith("decoding")} - {
+      "decoding.beam_search", "decoding.sampling", "decoding.next_token", "decoding.topk"}
 
 
 def _toy_hash(h, token, position):
@@ -71,21 +100,10 @@ def exhaustive_best(table_row, max_len, alpha, vocab):
 
 
 def rescore(table_row, tokens, alpha):
-  hyp = decode.strip_eos(tokens)
+  hyp = strip_eos(tokens)
   full = hyp + [EOS_ID] if EOS_ID in list(tokens) else hyp
   log_prob = sum(toy_log_probs(table_row, full[:i])[t] for i, t in enumerate(full))
   return penalised(log_prob, len(full), alpha)
-
-
-def check_well_formed(tokens, max_lens):
-  """Each hypothesis: real tokens, at most one EOS and only last, then padding; within its limit."""
-  tokens = np.asarray(tokens)
-  per_sentence = tokens.size // tokens.shape[-1] // len(max_lens)
-  for row, limit in zip(tokens.reshape(-1, tokens.shape[-1]), np.repeat(max_lens, per_sentence)):
-    used = int(np.count_nonzero(row))
-    assert np.all(row[used:] == 0), row
-    assert EOS_ID not in row[:used - 1], row
-    assert 1 <= used <= limit, (row, limit)
 
 
 @pytest.mark.parametrize("alpha", [0.6, 1.5])
@@ -96,14 +114,14 @@ def test_wide_beam_finds_the_exhaustive_best(alpha):
   # 3 words: at most 3^2 * 4 = 36 valid extensions before the last step, so 40
   # beams keep every hypothesis and the search is exact.
   tokens, scores = jax.jit(functools.partial(
-      decode.beam_search, toy_step, beam_size=40, alpha=alpha, max_len=max_len,
+      beam_search.beam_search, toy_step, beam_size=40, alpha=alpha, max_len=max_len,
       n_best=3))(cache, max_lens=max_lens)
   tokens, scores = np.asarray(tokens), np.asarray(scores)
   check_well_formed(tokens, max_lens)
   table = np.asarray(cache["table"])
   for b in range(batch):
     best_score, best = exhaustive_best(table[b], max_lens[b], alpha, vocab)
-    got = decode.strip_eos(tokens[b, 0])
+    got = strip_eos(tokens[b, 0])
     assert got == [t for t in best if t != EOS_ID], (b, tokens[b, 0], best)
     np.testing.assert_allclose(scores[b, 0], best_score, rtol=1e-5)
     for n in range(3):
@@ -115,9 +133,9 @@ def test_beam_of_one_without_length_penalty_is_greedy():
   vocab, max_len, batch = 12, 10, 6
   cache = toy_cache(seed=3, batch=batch, vocab=vocab, scale=1.0)
   max_lens = np.array([10, 3, 7, 1, 10, 5])
-  greedy_tokens, greedy_log_prob = decode.greedy_search(
+  greedy_tokens, greedy_log_prob = beam_search.greedy_search(
       toy_step, cache, max_len=max_len, max_lens=max_lens)
-  beam_tokens, beam_scores = decode.beam_search(
+  beam_tokens, beam_scores = beam_search.beam_search(
       toy_step, cache, beam_size=1, alpha=0.0, max_len=max_len, max_lens=max_lens)
   np.testing.assert_array_equal(beam_tokens[:, 0], greedy_tokens)
   np.testing.assert_allclose(beam_scores[:, 0], greedy_log_prob, rtol=1e-5)
@@ -126,7 +144,7 @@ def test_beam_of_one_without_length_penalty_is_greedy():
   table = np.asarray(cache["table"])
   for b in range(batch):
     row = np.asarray(greedy_tokens[b])
-    for i in range(len(decode.strip_eos(row)) + 1):
+    for i in range(len(strip_eos(row)) + 1):
       if i < len(row) and row[i]:
         assert row[i] == np.argmax(toy_log_probs(table[b], list(row[:i])))
 
@@ -143,11 +161,11 @@ def test_finished_hypotheses_never_extend():
     return logits, cache
 
   cache = {"logits": jnp.tile(jnp.array([0, 2.0, 0, 0, 1.0, 0.5]), (batch, 1))}
-  tokens, scores = decode.beam_search(eos_then_free_words, cache, beam_size=4, alpha=2.0,
+  tokens, scores = beam_search.beam_search(eos_then_free_words, cache, beam_size=4, alpha=2.0,
                                       max_len=max_len, n_best=4)
   check_well_formed(tokens, np.full(batch, max_len))
   assert np.any(np.asarray(tokens)[:, :, 0] == EOS_ID)  # the trap was reachable
-  assert np.all(np.isfinite(scores)) and np.all(scores > decode.NEG_INF / 2)
+  assert np.all(np.isfinite(scores)) and np.all(scores > beam_search.NEG_INF / 2)
 
 
 def test_sentences_stop_early_and_respect_their_own_maximum():
@@ -158,7 +176,7 @@ def test_sentences_stop_early_and_respect_their_own_maximum():
     return jnp.tile(jnp.array([0, 30.0, 0, 0]), (tokens.shape[0], 1)), cache
 
   cache = {"dummy": jnp.zeros((2, 1))}
-  tokens, _ = jax.jit(functools.partial(decode.beam_search, almost_always_eos, beam_size=4,
+  tokens, _ = jax.jit(functools.partial(beam_search.beam_search, almost_always_eos, beam_size=4,
                                         max_len=30))(cache)
   jax.block_until_ready(tokens)
   jax.effects_barrier()
@@ -169,7 +187,7 @@ def test_sentences_stop_early_and_respect_their_own_maximum():
     return jnp.tile(jnp.array([0, -30.0, 1.0, 0]), (tokens.shape[0], 1)), cache
 
   max_lens = np.array([5, 1, 8])
-  tokens, _ = decode.beam_search(never_eos, {"dummy": jnp.zeros((3, 1))}, beam_size=2,
+  tokens, _ = beam_search.beam_search(never_eos, {"dummy": jnp.zeros((3, 1))}, beam_size=2,
                                  max_len=8, max_lens=max_lens)
   lengths = (np.asarray(tokens)[:, 0] != 0).sum(-1)
   np.testing.assert_array_equal(lengths, max_lens)
@@ -178,11 +196,11 @@ def test_sentences_stop_early_and_respect_their_own_maximum():
 def test_bad_arguments_raise():
   cache = toy_cache(seed=0, batch=1, vocab=4)
   with pytest.raises(ValueError, match="alpha=-1"):
-    decode.beam_search(toy_step, cache, alpha=-1.0, max_len=3)
+    beam_search.beam_search(toy_step, cache, alpha=-1.0, max_len=3)
   with pytest.raises(ValueError, match="n_best=5"):
-    decode.beam_search(toy_step, cache, beam_size=4, n_best=5, max_len=3)
+    beam_search.beam_search(toy_step, cache, beam_size=4, n_best=5, max_len=3)
   with pytest.raises(ValueError, match="increasing"):
-    decode.beam_search(toy_step, cache, chunks=[4, 2], max_len=8)
+    beam_search.beam_search(toy_step, cache, chunks=[4, 2], max_len=8)
 
 
 def test_first_step_runs_one_row_per_sentence_then_one_per_beam():
@@ -193,7 +211,7 @@ def test_first_step_runs_one_row_per_sentence_then_one_per_beam():
     return toy_step(cache, tokens, position)
 
   # Correctness of the first step is the exhaustive-search tests' business.
-  decode.beam_search(recording_step, toy_cache(3, 2, 9), beam_size=3, alpha=0.6, max_len=5)
+  beam_search.beam_search(recording_step, toy_cache(3, 2, 9), beam_size=3, alpha=0.6, max_len=5)
   assert rows_seen == [2, 6]                                           # before and in the loop
 
 
@@ -204,12 +222,12 @@ def test_two_stage_top_k_equals_one_top_k_over_beam_times_vocab():
     log_probs = jnp.asarray(rng.integers(-4, 0, (5, beams, vocab)), jnp.float32)
     alive_log_prob = jnp.asarray(rng.integers(-3, 1, (5, beams)), jnp.float32)
     alive_ok = jnp.asarray(rng.random((5, beams)) < 0.8)
-    state = decode.BeamState(*[None] * 3, alive_log_prob, alive_ok, *[None] * 5)
+    state = beam_search.BeamState(*[None] * 3, alive_log_prob, alive_ok, *[None] * 5)
     n = min(8, beams * vocab)
     beam_best = jax.lax.top_k(log_probs, min(n, vocab))
-    top_log_prob, top_beam, top_token = decode._top_extensions(*beam_best, state, n)  # pylint: disable=protected-access
+    top_log_prob, top_beam, top_token = beam_search._top_extensions(*beam_best, state, n)  # pylint: disable=protected-access
     candidates = jnp.where(alive_ok[..., None], alive_log_prob[..., None] + log_probs,
-                           decode.NEG_INF).reshape(5, beams * vocab)
+                           beam_search.NEG_INF).reshape(5, beams * vocab)
     want_log_prob, want_index = jax.lax.top_k(candidates, n)
     np.testing.assert_array_equal(top_log_prob, want_log_prob)
     np.testing.assert_array_equal(top_beam, want_index // vocab)
@@ -274,114 +292,3 @@ def test_cache_wrappers_tile_reorder_and_resize_only_their_parts():
   assert decode_cache.position_length({"x": per_row}) is None
   with pytest.raises(ValueError, match="different lengths"):
     decode_cache.position_length([tiled[0], long[0]])
-
-
-# ------------------------------------------------------------------ tiny real model
-
-TINY = configs.get_config("demo", vocab_size=24, num_layers=2, d_model=32, d_ff=64, num_heads=4,
-                          max_len=32, max_decode_extra=6, beam_size=3, decode_batch_size=4)
-
-
-@pytest.fixture(scope="module")
-def tiny_params():
-  return model.init_params(TINY, jax.random.key(1))
-
-
-def _random_sources(seed, lengths):
-  rng = np.random.default_rng(seed)
-  return [list(rng.integers(3, TINY.vocab_size, size=n)) for n in lengths]
-
-
-def _batch(sources, width):
-  inputs = np.zeros((len(sources), width), np.int32)
-  for row, src in enumerate(sources):
-    inputs[row, :len(src) + 1] = [*src, EOS_ID]
-  return inputs
-
-
-def test_cached_and_uncached_decoding_agree(tiny_params):
-  inputs = _batch(_random_sources(0, [7, 3, 0, 5]), width=8)
-  cached, cached_scores = decode.translate_batch(TINY, tiny_params, inputs)
-  uncached, uncached_scores = decode.translate_batch(TINY, tiny_params, inputs, cached=False)
-  np.testing.assert_array_equal(cached, uncached)
-  np.testing.assert_allclose(cached_scores, uncached_scores, rtol=1e-4)
-  # Input length (EOS included) + max_decode_extra bounds each sentence.
-  check_well_formed(np.asarray(cached), (inputs != 0).sum(1) + TINY.max_decode_extra)
-  assert cached.shape == (4, 1, 8 + TINY.max_decode_extra)
-
-
-def test_decode_ids_restores_input_order(tiny_params):
-  # Distinct lengths sort the same whatever the input order: the same batches of
-  # 4 (the last padded with a filler row), compiled once with the test above.
-  sources = _random_sources(1, [6, 2, 0, 4, 1, 5, 3])
-  order = np.random.default_rng(0).permutation(len(sources))
-  outputs = decode.decode_ids(TINY, tiny_params, sources)
-  shuffled = decode.decode_ids(TINY, tiny_params, [sources[i] for i in order])
-  assert shuffled == [outputs[i] for i in order]
-  # Two batches decoding at once (the default) give what one at a time gives.
-  assert decode.decode_ids(TINY, tiny_params, sources, in_flight=1) == outputs
-  # Each sentence decoded on its own gives the same output.
-  single = _batch([sources[2], sources[0], sources[1], sources[3]], width=8)
-  tokens, _ = decode.translate_batch(TINY, tiny_params, single)
-  assert [decode.strip_eos(t) for t in np.asarray(tokens[:, 0])] == \
-      [outputs[2], outputs[0], outputs[1], outputs[3]]
-  assert all(len(out) <= len(src) + 1 + TINY.max_decode_extra
-             for src, out in zip(sources, outputs))
-  with pytest.raises(ValueError, match="truncate"):
-    decode.decode_ids(TINY, tiny_params, [[5] * TINY.max_len])
-
-
-def test_source_rows_pad_to_the_bucket_of_the_longest_source():
-  # 43 ids + EOS fit the bucket 48 (not the power of two 64); 3 rows round up to 4.
-  rows = decode.source_rows([[5] * 43, [6] * 7, []], batch_size=64, max_len=128)
-  assert rows.shape == (4, 48) and rows.dtype == np.int32
-  assert rows[0, 42:45].tolist() == [5, EOS_ID, 0]
-  assert rows[1, :9].tolist() == [6] * 7 + [EOS_ID, 0]
-  assert rows[2, 0] == EOS_ID and not rows[3].any()          # the filler row is all padding
-  assert decode.source_rows([[5] * 3], batch_size=64, max_len=128).shape == (1, 8)
-  assert decode.source_rows([[5] * 90], batch_size=64, max_len=96).shape == (1, 96)
-  assert decode.source_rows([[5]] * 17, batch_size=24, max_len=128).shape[0] == 24
-
-
-def test_shared_and_chunked_searches_equal_the_tiled_reference(tiny_params, monkeypatch):
-  """Cross-attention shared by the beams and a cache grown in chunks change nothing."""
-  inputs = jnp.asarray(_batch(_random_sources(2, [7, 3, 0, 5]), width=8))
-  max_len = 14
-  max_lens = jnp.array([14, 10, 7, 12])  # source length (EOS included) + 6, as translate_batch
-
-  @functools.partial(jax.jit, static_argnames=("shared", "chunks"))
-  def search(inputs, shared, chunks):
-    cache = model.init_cache(TINY, tiny_params, inputs, max_len)
-    return decode.beam_search(functools.partial(model.decode_step, TINY, tiny_params), cache,
-                              beam_size=3, alpha=0.6, max_len=max_len, max_lens=max_lens,
-                              n_best=3, chunks=chunks, shared=shared)
-
-  ref_tokens, ref_scores = search(inputs, shared=False, chunks=None)
-  check_well_formed(ref_tokens, np.asarray(max_lens))
-  for shared, chunks in ((True, None), (True, (2, 4, 8))):
-    tokens, scores = search(inputs, shared=shared, chunks=chunks)
-    np.testing.assert_array_equal(tokens, ref_tokens)
-    np.testing.assert_allclose(scores, ref_scores, rtol=1e-5)
-  # translate_batch runs the chunks as programs of their own: the same again.
-  monkeypatch.setattr(decode, "chunk_lengths", lambda max_len: [2, 4, 8, max_len])
-  tokens, scores = decode.translate_batch(TINY, tiny_params, inputs, max_decode_extra=6, n_best=3)
-  np.testing.assert_array_equal(tokens, ref_tokens)
-  np.testing.assert_allclose(scores, ref_scores, rtol=1e-5)
-
-
-def test_narrowing_to_the_live_sentences_changes_nothing(tiny_params, monkeypatch):
-  """Sentences that stop at different steps: the search drops them as it goes, same results."""
-  inputs = _batch(_random_sources(3, [7, 0, 1, 5, 2, 6, 0, 3]), width=8)
-  settings = dict(max_decode_extra=6, n_best=3)
-  want_tokens, want_scores = decode.translate_batch(TINY, tiny_params, inputs, **settings)
-  sizes = []
-  narrow = decode._narrow  # pylint: disable=protected-access
-  monkeypatch.setattr(decode, "_narrow", lambda state, keep: sizes.append(len(keep)) or
-                      narrow(state, keep))
-  monkeypatch.setattr(decode, "MIN_NARROWED", 1)
-  # Chunks too: a narrower batch's buffers still grow where the search needs them.
-  monkeypatch.setattr(decode, "chunk_lengths", lambda max_len: [2, 4, 8, max_len])
-  tokens, scores = decode.translate_batch(TINY, tiny_params, inputs, narrow_batch=True, **settings)
-  assert sizes and sizes == sorted(sizes, reverse=True) and sizes[0] <= 4
-  np.testing.assert_array_equal(tokens, want_tokens)
-  np.testing.assert_allclose(scores, want_scores, rtol=1e-6)
