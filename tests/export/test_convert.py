@@ -51,7 +51,7 @@ def test_models_the_engines_cannot_run_are_refused_with_the_reason():
 
 
 def test_core_modules_never_import_the_export_libraries():
-  code = ("import sys; import t2t_jax.export.convert, t2t_jax.cli.translate, t2t_jax.decoding.decode, "
+  code = ("import sys; import t2t_jax.export.convert, t2t_jax.cli.translate, t2t_jax.decoding.batch, "
           "t2t_jax.runtime.checkpoint, t2t_jax.model.transformer\n"
           "loaded = {'torch', 'transformers', 'ctranslate2', 'safetensors'} & set(sys.modules)\n"
           "assert not loaded, loaded")
@@ -97,8 +97,8 @@ def ours(trained_workdir):
   tokenizer = inference.load_tokenizer(trained_workdir)
   sources = trained.held_out_sources(NUM_SENTENCES)
   ids = [tokenizer.encode(s) for s in sources]             # EOS-terminated
-  outputs = decode.decode_ids(cfg, params, [i[:-1] for i in ids], beam_size=4, alpha=0.0,
-                              batch_size=NUM_SENTENCES)   # one batch: one compilation
+  outputs = batch.decode_ids(cfg, params, [i[:-1] for i in ids], beam_size=4, alpha=0.0,
+                             batch_size=NUM_SENTENCES)    # one batch: one compilation
   assert sum(len(set(o)) > 2 for o in outputs) > NUM_SENTENCES // 2   # real sentences
   return cfg, params, tokenizer, sources, ids, outputs
 
