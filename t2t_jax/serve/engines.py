@@ -29,8 +29,7 @@ import numpy as np
 from t2t_jax import inference
 from t2t_jax.data import buckets
 from t2t_jax.decoding import alignment
-from t2t_jax.decoding import decode
-from t2t_jax.decoding import generate
+from t2t_jax.decoding import batch
 from t2t_jax.export import convert as export
 from t2t_jax.export import engines as export_engines
 from t2t_jax.ids import EOS_ID
@@ -51,10 +50,10 @@ class Settings:
   alignments: bool = False
 
 
-def _search(engine: "JaxEngine | CTranslate2Engine", settings: Settings) -> generate.Search:
+def _search(engine: "JaxEngine | CTranslate2Engine", settings: Settings) -> batch.Search:
   # The checks of the command line (n_best <= beam_size, ...), with their messages.
-  return generate.Search.from_config(engine.cfg, beam_size=settings.beam_size,
-                                     n_best=settings.n_best)
+  return batch.Search.from_config(engine.cfg, beam_size=settings.beam_size,
+                                  n_best=settings.n_best)
 
 
 def _count_pieces(engine: "Engine", text: str) -> int:
@@ -87,10 +86,10 @@ class JaxEngine:
 
   def shapes(self, max_pieces: int) -> list[tuple[int, int]]:
     """The (rows, width) batch shapes that lines of at most `max_pieces` pieces decode in."""
-    limit = generate.max_positions(self.translator.members)
+    limit = batch.max_positions(self.translator.members)
     widths = sorted({min(buckets.bucket_length(n + 1), limit)
                      for n in range(1, min(max_pieces, limit - 1) + 1)})
-    rows = sorted({decode.source_rows([[0]] * n, self.batch_size, limit).shape[0]
+    rows = sorted({batch.source_rows([[0]] * n, self.batch_size, limit).shape[0]
                    for n in range(1, self.batch_size + 1)})
     return [(r, w) for w in widths for r in rows]
 
@@ -98,7 +97,7 @@ class JaxEngine:
     """Compiles (or reads from the compilation cache) every batch shape of lines up to
     `max_pieces` pieces with `settings`; returns how many shapes.
 
-    Each shape runs the search's first chunk of steps (`decode.chunk_lengths`);
+    Each shape runs the search's first chunk of steps (`batch.chunk_lengths`);
     outputs longer than that chunk compile the next one on first use.
     """
     search = _search(self, settings)
@@ -106,7 +105,7 @@ class JaxEngine:
     for rows, width in shapes:
       inputs = np.full((rows, width), 5, np.int32)   # any piece ids: the shape is what compiles
       inputs[:, -1] = EOS_ID
-      generate.decode_batch(self.translator.members, inputs, search)
+      batch.decode_batch(self.translator.members, inputs, search)
     return len(shapes)
 
 
@@ -156,7 +155,7 @@ class CTranslate2Engine:
 
   def translate(self, lines: Sequence[str], settings: Settings) -> list[streaming.Translation]:
     search = _search(self, settings)
-    limit = generate.max_positions(self.translator.members) - 1
+    limit = batch.max_positions(self.translator.members) - 1
     encoded = [streaming.encode_line(self.tokenizer, line, limit, k + 1,
                                      with_words=settings.alignments)
                for k, line in enumerate(lines)]
@@ -188,9 +187,9 @@ class CTranslate2Engine:
   def _aligned(self, source: tuple[list[int], Optional[list[int]]],
                found: list[tuple[list[int], float]]) -> list[streaming.Hypothesis]:
     texts = [streaming.ids_to_text_and_words(self.tokenizer, ids) for ids, _ in found]
-    pairs = generate.align_batch(self.translator.members, [source[0]] * len(found),
-                                 [source[1]] * len(found), [ids for ids, _ in found],
-                                 [words for _, words in texts])
+    pairs = alignment.align(self.translator.members, [source[0]] * len(found),
+                            [source[1]] * len(found), [ids for ids, _ in found],
+                            [words for _, words in texts])
     return [streaming.Hypothesis(text, score, p)
             for (text, _), (_, score), p in zip(texts, found, pairs)]
 
@@ -207,15 +206,15 @@ def attention(translator: inference.Translator, source: str, target: str, *, lay
   """One decoder layer's cross-attention [target pieces + EOS, source pieces + EOS] of our
   model for (source, target), the pieces' labels and words, and the word alignment."""
   cfg = translator.cfg
-  limit = generate.max_positions(translator.members) - 1
+  limit = batch.max_positions(translator.members) - 1
   source_ids, source_words = streaming.encode_line(translator.tokenizer, source, limit, 1,
                                                    with_words=True)
   target_ids, target_words = streaming.encode_line(translator.tokenizer, target, limit, 1,
                                                    with_words=True)
   if not source_ids or not target_ids:
     raise ValueError("source and target must both have words")
-  inputs = decode.source_rows([source_ids], 1, cfg.max_len)
-  targets = decode.source_rows([target_ids], 1, cfg.max_len)
+  inputs = batch.source_rows([source_ids], 1, cfg.max_len)
+  targets = batch.source_rows([target_ids], 1, cfg.max_len)
   weights = alignment.cross_attention(cfg, translator.params, inputs, targets, layer=layer,
                                       head=head)[0]       # [tgt, src]
   weights = weights[:len(target_ids) + 1, :len(source_ids) + 1]
