@@ -216,13 +216,20 @@ def add_process_flags(p: argparse.ArgumentParser) -> None:
   group.add_argument("--process_id", type=int, metavar="I", help="this process: 0 .. N-1")
 
 
-def add_search_flags(p: argparse.ArgumentParser) -> None:
-  """--beam_size, --alpha, --max_decode_extra: the decoding defaults a command may override."""
-  p.add_argument("--beam_size", type=int, help="default: the config's (4)")
-  p.add_argument("--alpha", type=float,
-                 help="length penalty exponent; default: the config's (0.6)")
-  p.add_argument("--max_decode_extra", type=int,
-                 help="max output length = input length + this; default: the config's (50)")
+def config_default(cfg: Optional[configs.TransformerConfig], field: str) -> str:
+  """A flag's help about its default: a work directory's value, or the field's name."""
+  return (f"default: this work directory's: {getattr(cfg, field)}" if cfg is not None
+          else f"default: the config's {field}")
+
+
+def add_search_flags(p: Any, cfg: Optional[configs.TransformerConfig] = None) -> None:
+  """--beam_size, --alpha, --max_decode_extra (or --max_len_b): the decoding defaults a
+  command may override, on a parser or an argument group; `cfg`: the values --help shows."""
+  default = functools.partial(config_default, cfg)
+  p.add_argument("--beam_size", type=int, metavar="K", help=default("beam_size"))
+  p.add_argument("--alpha", type=float, help=f"length penalty exponent; {default('alpha')}")
+  p.add_argument("--max_decode_extra", "--max_len_b", type=int, metavar="B",
+                 help=f"max output length = input length + B; {default('max_decode_extra')}")
 
 
 def search_overrides(args: argparse.Namespace) -> dict[str, Any]:

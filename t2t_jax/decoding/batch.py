@@ -50,12 +50,14 @@ class Search:
   sentence instead (temperature, top_k: `sampling.sample`); the j-th sample of
   the sentence with id i uses the key fold_in(fold_in(key(seed), i), j), so it
   does not depend on the batch it was decoded in. Each output has at most
-  (source length + EOS) + max_decode_extra tokens.
+  ceil(max_len_a x (source length + EOS)) + max_decode_extra tokens
+  (`output_limits`).
   """
   beam_size: int = 4
   alpha: float = 0.6
   n_best: int = 1
   max_decode_extra: int = 50
+  max_len_a: float = 1.0
   sample: bool = False
   temperature: float = 1.0
   top_k: int = 0
@@ -67,9 +69,10 @@ class Search:
     if not self.sample and self.n_best > self.beam_size:
       raise ValueError(f"n_best={self.n_best} must be <= beam_size={self.beam_size}: beam "
                        "search keeps beam_size hypotheses; raise the beam size")
-    if self.beam_size < 1 or self.alpha < 0 or self.max_decode_extra < 0:
-      raise ValueError(f"beam_size={self.beam_size} must be >= 1, alpha={self.alpha} and "
-                       f"max_decode_extra={self.max_decode_extra} >= 0")
+    if self.beam_size < 1 or self.alpha < 0 or self.max_decode_extra < 0 or self.max_len_a < 0:
+      raise ValueError(f"beam_size={self.beam_size} must be >= 1, alpha={self.alpha}, "
+                       f"max_len_a={self.max_len_a} and max_decode_extra="
+                       f"{self.max_decode_extra} >= 0")
     if self.sample and (not self.temperature > 0 or self.top_k < 0):
       raise ValueError(f"temperature={self.temperature} must be > 0 and top_k={self.top_k} "
                        ">= 0 (0: the whole vocabulary)")
@@ -87,24 +90,30 @@ def max_positions(members: Sequence[ensemble.Member]) -> int:
   return min(m.cfg.max_len for m in members)
 
 
-def _limits(inputs: Any, max_decode_extra: int,
-            positions: int) -> tuple[np.ndarray, int, np.ndarray]:
-  """The checked batch [batch, src] int32, its output length, each sentence's maximum [batch].
+def output_limits(inputs: np.ndarray, max_decode_extra: int, max_len_a: float,
+                  positions: int) -> tuple[int, np.ndarray]:
+  """The static output length of a batch [batch, width] and each sentence's limit [batch].
 
-  A sentence may produce up to its own length (EOS included) + max_decode_extra
-  tokens, within the models' `positions`. An all-padding row is a filler (as in
-  training batches): it stops after one token.
+  A sentence of n ids (EOS included) may produce ceil(max_len_a * n) +
+  max_decode_extra tokens (EOS included; fairseq's --max-len-a/--max-len-b),
+  at most `positions`; an all-padding (filler) row, as in training batches, one.
   """
+  limit = lambda n: np.ceil(max_len_a * n).astype(np.int64) + max_decode_extra
+  max_len = int(min(max(limit(np.asarray(inputs.shape[1])), 1), positions))
+  lengths = (inputs != PAD_ID).sum(axis=1)
+  return max_len, np.where(lengths == 0, 1, np.clip(limit(lengths), 1, max_len)).astype(np.int32)
+
+
+def _limits(inputs: Any, search: Search, positions: int) -> tuple[np.ndarray, int, np.ndarray]:
+  """The checked batch [batch, src] int32, its output length, each sentence's maximum [batch]."""
   inputs = np.asarray(inputs, np.int32)
   if inputs.ndim != 2:
     raise ValueError(f"inputs must be [batch, length] ids, got shape {inputs.shape}")
   if inputs.shape[1] > positions:
     raise ValueError(f"inputs have length {inputs.shape[1]} > max_len={positions}; "
                      "truncate the sources first")
-  max_len = min(inputs.shape[1] + max_decode_extra, positions)
-  lengths = (inputs != PAD_ID).sum(axis=1)
-  max_lens = np.where(lengths == 0, 1, np.minimum(lengths + max_decode_extra, max_len))
-  return inputs, max_len, max_lens.astype(np.int32)
+  max_len, max_lens = output_limits(inputs, search.max_decode_extra, search.max_len_a, positions)
+  return inputs, max_len, max_lens
 
 
 # --------------------------------------------------------- the uncached reference
@@ -244,7 +253,7 @@ def decode_batch(members: Sequence[ensemble.Member], inputs: Any, search: Search
   """
   members = tuple(members)
   ensemble.check_compatible(members)
-  inputs, max_len, max_lens = _limits(inputs, search.max_decode_extra, max_positions(members))
+  inputs, max_len, max_lens = _limits(inputs, search, max_positions(members))
   if not cached and (search.sample or len(members) > 1):
     raise ValueError("cached=False (the uncached reference) decodes one model with beam search")
   models = tuple(m.cfg.model for m in members)
@@ -263,15 +272,16 @@ def decode_batch(members: Sequence[ensemble.Member], inputs: Any, search: Search
 
 def translate_batch(cfg: configs.TransformerConfig, params: Any, inputs: Any, *,
                     beam_size: Optional[int] = None, alpha: Optional[float] = None,
-                    max_decode_extra: Optional[int] = None, n_best: int = 1,
-                    cached: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                    max_decode_extra: Optional[int] = None, max_len_a: Optional[float] = None,
+                    n_best: int = 1, cached: bool = True) -> tuple[np.ndarray, np.ndarray]:
   """One model's beam search over source ids [batch, length] (EOS-terminated, 0-padded).
 
   `decode_batch` with the config's settings (beam 4, alpha 0.6, input length +
   50) unless given. Returns tokens [batch, n_best, max_len] and scores [batch, n_best].
   """
   search = Search.from_config(cfg, beam_size=beam_size, alpha=alpha,
-                              max_decode_extra=max_decode_extra, n_best=n_best)
+                              max_decode_extra=max_decode_extra, max_len_a=max_len_a,
+                              n_best=n_best)
   return decode_batch([ensemble.Member(cfg, params)], inputs, search, cached=cached)
 
 

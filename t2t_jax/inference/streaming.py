@@ -7,9 +7,12 @@
 read, sorted by length into batches of `batch_size`, decoded (`decoding/batch.py`:
 beam search or sampling, one model or an ensemble) and yielded in input order
 before the next window is read, so a million-line file needs the memory of one
-window. Every input line gives one `Translation`: a blank line gives one empty
-hypothesis (score 0) without decoding, and a line longer than the models'
-max_len positions is cut to fit, with a warning naming the line.
+window. With `grouped=True`, `lines` holds groups of lines that arrived
+together (`textio.iter_arrived`: a terminal, a pipe) and each group is a
+window of its own, decoded as soon as it is read. Every input line gives one
+`Translation`: a blank line gives one empty hypothesis (score 0) without
+decoding, and a line longer than the models' max_len positions is split, cropped
+or refused (`long_inputs`, inference/long_inputs.py).
 
 Output formats (`format_line`, `format_nbest`), documented in README:
   1-best:  translation                      [TAB alignment]
@@ -25,7 +28,7 @@ from __future__ import annotations
 import dataclasses
 import itertools
 import logging
-from typing import Callable, Iterable, Iterator, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
@@ -35,6 +38,7 @@ from t2t_jax.decoding import batch
 from t2t_jax.decoding import ensemble
 from t2t_jax.decoding import in_flight as in_flight_lib
 from t2t_jax.ids import UNK_ID
+from t2t_jax.inference import long_inputs as long_inputs_lib
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +97,15 @@ def ids_to_text_and_words(tokenizer: vocab.Tokenizer,
   return _one_line(text), words
 
 
+def _valid(line: str) -> str:
+  return line.encode("utf-8", errors="replace").decode("utf-8")    # lone surrogates -> "?"
+
+
+def source_pieces(tokenizer: vocab.Tokenizer, line: str) -> int:
+  """How many source pieces `encode_line` makes of `line` before any cut."""
+  return len(tokenizer.sp.encode(_valid(line)))
+
+
 def encode_line(tokenizer: vocab.Tokenizer, line: str, limit: int, number: int,
                 warn: Callable[[str], None] = log.warning,
                 with_words: bool = False) -> tuple[list[int], Optional[list[int]]]:
@@ -100,7 +113,7 @@ def encode_line(tokenizer: vocab.Tokenizer, line: str, limit: int, number: int,
 
   `number` (1-based) names the line in the warning about a cut.
   """
-  line = line.encode("utf-8", errors="replace").decode("utf-8")    # lone surrogates -> "?"
+  line = _valid(line)
   if not line.strip():
     return [], [] if with_words else None
   if with_words:
@@ -142,20 +155,21 @@ def _translate_batch(members: Sequence[ensemble.Member], tokenizer: vocab.Tokeni
            for n in range(len(outputs[b]))] for b in range(len(sources))]
 
 
-def _translate_window(members, tokenizer, lines: Sequence[str], first: int, *,
+def _translate_window(members, tokenizer, numbered: Sequence[tuple[int, str]], *,
                       search: batch.Search, batch_size: int, aligned: Optional[Alignments],
                       in_flight: int, warn: Callable[[str], None]) -> list[Translation]:
   limit = batch.max_positions(members) - 1
-  encoded = [encode_line(tokenizer, line, limit, first + k + 1, warn, aligned is not None)
+  indices, lines = [index for index, _ in numbered], [line for _, line in numbered]
+  encoded = [encode_line(tokenizer, line, limit, indices[k] + 1, warn, aligned is not None)
              for k, line in enumerate(lines)]
   translate = lambda chunk: _translate_batch(
-      members, tokenizer, [first + k for k in chunk], [encoded[k][0] for k in chunk],
+      members, tokenizer, [indices[k] for k in chunk], [encoded[k][0] for k in chunk],
       [encoded[k][1] for k in chunk], search, batch_size, aligned)
   lengths = [len(ids) for ids, _ in encoded]
   found = batch.by_length(translate, lengths, batch_size=batch_size, in_flight=in_flight,
                           indices=[k for k, n in enumerate(lengths) if n])
   blank = Hypothesis("", 0.0, None if aligned is None else [])
-  return [Translation(first + k, found[k] if k in found else [blank]) for k in range(len(lines))]
+  return [Translation(indices[k], found[k] if k in found else [blank]) for k in range(len(lines))]
 
 
 def translate_stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
@@ -163,12 +177,16 @@ def translate_stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokeni
                      batch_size: int = 64, window: Optional[int] = None,
                      alignments: Optional[Alignments] = None,
                      in_flight: int = in_flight_lib.DEFAULT,
+                     long_inputs: str = long_inputs_lib.DEFAULT, grouped: bool = False,
                      warn: Callable[[str], None] = log.warning) -> Iterator[Translation]:
   """One `Translation` per line of `lines`, in input order, `window` lines at a time.
 
   `window` (default 16 batches) bounds the lines held in memory; larger windows
-  sort into fuller batches. `in_flight` batches of a window decode at once
-  (decoding/in_flight.py). `alignments` adds word alignments to every hypothesis.
+  sort into fuller batches. `grouped`: `lines` holds lists of lines, each
+  decoded as soon as it is read (a list longer than `window` in windows).
+  `in_flight` batches of a window decode at once (decoding/in_flight.py).
+  `alignments` adds word alignments to every hypothesis. `long_inputs`: "split",
+  "crop" or "fail" for a line longer than the models' limit (long_inputs.py).
   Settings are checked here; lines are read as the iterator is.
   """
   members = tuple(members)
@@ -182,16 +200,27 @@ def translate_stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokeni
   for member in members:
     if alignments is not None:
       alignment.check_layer_and_head(member.cfg, alignments.layer, alignments.head)
-  return _stream(members, tokenizer, iter(lines), search=search, batch_size=batch_size,
-                 window=window, aligned=alignments, in_flight=in_flight, warn=warn)
+  fitted = long_inputs_lib.LongInputs(long_inputs, lambda text: source_pieces(tokenizer, text),
+                                      batch.max_positions(members) - 1, warn)
+  groups = lines if grouped else _windows(iter(lines), window)
+  return fitted.join(_stream(members, tokenizer, groups, window=window, fitted=fitted,
+                             search=search, batch_size=batch_size, aligned=alignments,
+                             in_flight=in_flight, warn=warn))
 
 
-def _stream(members, tokenizer, lines: Iterator[str], *, window: int,
-            **settings: Any) -> Iterator[Translation]:
-  first = 0
+def _windows(lines: Iterator[str], window: int) -> Iterator[list[str]]:
   while chunk := list(itertools.islice(lines, window)):
-    yield from _translate_window(members, tokenizer, chunk, first, **settings)
-    first += len(chunk)
+    yield chunk
+
+
+def _stream(members, tokenizer, groups: Iterable[Sequence[str]], *, window: int,
+            fitted: long_inputs_lib.LongInputs, **settings: Any) -> Iterator[Translation]:
+  first = 0
+  for group in groups:
+    for start in range(0, len(group), window):
+      numbered = list(enumerate(group[start:start + window], first + start))
+      yield from _translate_window(members, tokenizer, fitted.parts(numbered), **settings)
+    first += len(group)
 
 
 # ------------------------------------------------------------------ formats

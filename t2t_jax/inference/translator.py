@@ -15,11 +15,15 @@ ensemble must share the vocabulary (the same `vocab/spm.model`); their
 probabilities are averaged at every step (`decoding/ensemble.py`).
 
 Every input line gives exactly one translation, in input order: a blank line
-gives "", and a line longer than the model's `max_len` positions is cut to fit,
-with a warning naming the line. Lines are decoded `window` at a time in
+gives "", and a line longer than the model's `max_len` positions is split at
+sentence-like boundaries and its parts' translations joined, with a warning
+naming the line (`long_inputs="crop"`: cut to fit; "fail": a ValueError;
+inference/long_inputs.py). Lines are decoded `window` at a time in
 batches of similar length (`inference/streaming.py`), so `translate_stream` handles
-input of any length in bounded memory; `translate` and `translate_lines` hold
-the whole list and sort it at once.
+input of any length in bounded memory (`grouped=True`: each group of lines that
+arrived together as soon as it is read, for a terminal or a pipe:
+`textio.iter_arrived`); `translate` and `translate_lines` hold the whole list
+and sort it at once.
 """
 
 from __future__ import annotations
@@ -34,6 +38,7 @@ from t2t_jax.data import vocab
 from t2t_jax.decoding import batch
 from t2t_jax.decoding import ensemble
 from t2t_jax.decoding import in_flight as in_flight_lib
+from t2t_jax.inference import long_inputs as long_inputs_lib
 from t2t_jax.inference import streaming
 from t2t_jax.runtime import checkpoint
 from t2t_jax.runtime import workdir as workdir_lib
@@ -83,17 +88,20 @@ def _check_same_vocabulary(first: str, tokenizer: vocab.Tokenizer, cfg: configs.
 def translate_lines(cfg: configs.TransformerConfig, params: Params, tokenizer: vocab.Tokenizer,
                     lines: Sequence[str], *, beam_size: Optional[int] = None,
                     alpha: Optional[float] = None, max_decode_extra: Optional[int] = None,
-                    batch_size: Optional[int] = None,
+                    max_len_a: Optional[float] = None, batch_size: Optional[int] = None,
+                    long_inputs: str = long_inputs_lib.DEFAULT,
                     warn: Callable[[str], None] = log.warning) -> list[str]:
   """One translation per line, in input order; settings default to the config's.
 
-  Blank lines give "" without decoding; long lines are truncated with a warning.
+  Blank lines give "" without decoding; long lines are split (or `long_inputs`)
+  with a warning.
   """
   search = batch.Search.from_config(cfg, beam_size=beam_size, alpha=alpha,
-                                    max_decode_extra=max_decode_extra)
+                                    max_decode_extra=max_decode_extra, max_len_a=max_len_a)
   stream = streaming.translate_stream(
       [ensemble.Member(cfg, params)], tokenizer, lines, search=search,
-      batch_size=batch_size or cfg.decode_batch_size, window=max(len(lines), 1), warn=warn)
+      batch_size=batch_size or cfg.decode_batch_size, window=max(len(lines), 1),
+      long_inputs=long_inputs, warn=warn)
   return [t.text for t in stream]
 
 
@@ -101,18 +109,21 @@ class Translator:
   """Trained models (one, or an ensemble) with their tokenizer, ready to translate lines."""
 
   def __init__(self, workdir: str | os.PathLike, average: bool = True,
-               ensemble: Sequence[str | os.PathLike] = (), **overrides: Any):
+               ensemble: Sequence[str | os.PathLike] = (), dtype: Optional[str] = None,
+               **overrides: Any):
     """`workdir`: a work directory or a checkpoint in one; `ensemble`: more of them.
 
     `average`: a work directory's averaged params if present (else its latest
-    checkpoint's). `overrides`: config fields to change for decoding, e.g.
-    beam_size=1; the first model's config gives the decoding defaults.
+    checkpoint's). `dtype`: every model's compute dtype ("float32", "bfloat16";
+    default: each config's). `overrides`: config fields to change for decoding,
+    e.g. beam_size=1; the first model's config gives the decoding defaults.
     """
-    first, self.tokenizer = load_model(workdir, average, **overrides)
+    same = {} if dtype is None else {"dtype": dtype}
+    first, self.tokenizer = load_model(workdir, average, **overrides, **same)
     self.cfg, self.params = first.cfg, first.params
     self.members = [first]
     for path in ensemble:
-      member, tokenizer = load_model(path, average)
+      member, tokenizer = load_model(path, average, **same)
       _check_same_vocabulary(str(workdir), self.tokenizer, self.cfg, str(path), tokenizer,
                              member.cfg)
       self.members.append(member)
@@ -126,8 +137,10 @@ class Translator:
                        alignments: bool | streaming.Alignments = False, sample: bool = False,
                        temperature: float = 1.0, top_k: int = 0, seed: int = 0,
                        beam_size: Optional[int] = None, alpha: Optional[float] = None,
-                       max_decode_extra: Optional[int] = None, batch_size: Optional[int] = None,
-                       window: Optional[int] = None, in_flight: int = in_flight_lib.DEFAULT,
+                       max_decode_extra: Optional[int] = None, max_len_a: Optional[float] = None,
+                       batch_size: Optional[int] = None, window: Optional[int] = None,
+                       in_flight: int = in_flight_lib.DEFAULT,
+                       long_inputs: str = long_inputs_lib.DEFAULT, grouped: bool = False,
                        warn: Callable[[str], None] = log.warning) -> Iterator[streaming.Translation]:
     """One `streaming.Translation` per line as the lines arrive, in input order.
 
@@ -135,15 +148,22 @@ class Translator:
     `sample`: independent samples, drawn with temperature and top_k (0: the
     whole vocabulary), seeded by `seed` and the line's index). `alignments`:
     True or `streaming.Alignments(layer, head)` adds word alignments. Beam
-    settings and `batch_size` default to the config's; `window` lines are held
-    at once (default 16 batches), `in_flight` batches of them decoding at once.
+    settings and `batch_size` default to the config's; an output has at most
+    ceil(max_len_a x source) + max_decode_extra tokens (max_len_a default 1;
+    `batch.output_limits`). `window` lines are held at once (default 16
+    batches), `in_flight` batches of them decoding at once; `grouped`: `lines`
+    yields lists of lines, each decoded as soon as it is read
+    (`textio.iter_arrived`). `long_inputs`: "split" (default), "crop" or "fail"
+    for lines longer than the model's limit (inference/long_inputs.py).
     """
     search = batch.Search.from_config(
         self.cfg, beam_size=beam_size, alpha=alpha, max_decode_extra=max_decode_extra,
-        n_best=n_best, sample=sample, temperature=temperature, top_k=top_k, seed=seed)
+        max_len_a=max_len_a, n_best=n_best, sample=sample, temperature=temperature,
+        top_k=top_k, seed=seed)
     if alignments is True:
       alignments = streaming.Alignments()
     return streaming.translate_stream(
         self.members, self.tokenizer, lines, search=search,
         batch_size=batch_size or self.cfg.decode_batch_size, window=window,
-        alignments=alignments or None, in_flight=in_flight, warn=warn)
+        alignments=alignments or None, in_flight=in_flight, long_inputs=long_inputs,
+        grouped=grouped, warn=warn)

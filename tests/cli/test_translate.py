@@ -9,8 +9,12 @@ import dataclasses
 import io
 import json
 import logging
+import pathlib
+import queue
 import shutil
+import subprocess
 import sys
+import threading
 
 import jax
 import numpy as np
@@ -25,10 +29,15 @@ from t2t_jax.data import vocab
 from t2t_jax.decoding import batch
 from t2t_jax.ids import EOS_ID, UNK_ID
 from t2t_jax.inference import bleu as evaluate
+from t2t_jax.inference import long_inputs
 from t2t_jax.inference import streaming
 from t2t_jax.inference import translator as inference
 from t2t_jax.model import transformer as model
 from t2t_jax.runtime import checkpoint
+
+import trained  # tests/trained.py (tests/ is on sys.path)
+
+ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 LONG = " ".join(["the old man saw the small dog"] * 12)
 LINES = [
@@ -253,3 +262,107 @@ def test_a_file_streams_with_a_progress_bar(workdir, tmp_path, capsys):
   rows = _run(workdir, tmp_path, "--window", "16", "--progress", lines=lines)
   assert rows == [expected[line] for line in lines]
   assert "300/300" in capsys.readouterr().err
+
+
+def _read_line(stream, timeout: float):
+  got = queue.Queue()
+  threading.Thread(target=lambda: got.put(stream.readline()), daemon=True).start()
+  try:
+    return got.get(timeout=timeout)
+  except queue.Empty:
+    return None
+
+
+def test_a_pipe_is_answered_line_by_line(trained_workdir, tmp_path):
+  """The first translation comes back before the second line is written (as a program
+  that waits for each answer writes); the timeout only keeps a regression from hanging."""
+  first, second = trained.held_out_sources(2)
+  expected = inference.Translator(trained_workdir).translate([first, second])
+  with open(tmp_path / "stderr", "wb") as stderr:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "t2t_jax.cli.translate", "--workdir", str(trained_workdir)],
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=stderr, cwd=ROOT)
+  try:
+    proc.stdin.write(first.encode() + b"\n")
+    proc.stdin.flush()
+    answer = _read_line(proc.stdout, timeout=300)
+    assert answer is not None, "no translation before the second line: " + (
+        tmp_path / "stderr").read_text()[-2000:]
+    proc.stdin.write(second.encode() + b"\n")
+    proc.stdin.close()
+    rest = proc.stdout.read()
+    assert proc.wait(timeout=300) == 0
+  finally:
+    proc.kill()
+  assert (answer + rest).decode().splitlines() == expected
+
+
+def test_long_lines_are_split_cropped_or_refused(workdir, translator, tmp_path):
+  tokenizer, limit = translator.tokenizer, translator.cfg.max_len - 1
+  assert streaming.source_pieces(tokenizer, LONG) > limit
+  spans = long_inputs.split_spans(LONG, lambda t: streaming.source_pieces(tokenizer, t) <= limit)
+  parts = [LONG[a:b] for a, b in spans]
+  assert len(parts) > 1 and " ".join(parts) == LONG
+  split = _run(workdir, tmp_path, lines=["the dog", LONG])
+  assert split[1] == " ".join(t for t in translator.translate(parts) if t)
+  crop = _run(workdir, tmp_path, "--long-inputs", "crop", lines=["the dog", LONG])
+  assert crop[1] == translator.translate([LONG], long_inputs="crop", warn=lambda _: None)[0]
+  assert crop[0] == split[0]
+  with pytest.raises(SystemExit, match=f"error: line 2 has .* more than the model's {limit}"):
+    _run(workdir, tmp_path, "--long_inputs", "fail", lines=["the dog", LONG])
+
+
+def test_help_shows_the_work_directory_values_in_groups(workdir, capsys):
+  with pytest.raises(SystemExit) as exit_:
+    translate.main(["--workdir", str(workdir), "--help"])
+  assert exit_.value.code == 0
+  text = " ".join(capsys.readouterr().out.split())
+  assert "--beam_size K default: this work directory's: 2" in text
+  assert "default: this work directory's: 4" in text          # max_decode_extra
+  for group in ("models:", "input and output:", "search:", "n-best lists and alignments:",
+                "sampling (back-translation):", "speed:"):
+    assert f" {group} " in text
+  with pytest.raises(SystemExit):
+    translate.main(["--help"])
+  assert "--beam_size K default: the config's beam_size" in " ".join(capsys.readouterr().out.split())
+
+
+def test_flags_as_users_spell_them(workdir, capsys):
+  dashed = translate.parse_args(["--workdir", str(workdir), "--beam-size", "3", "--n-best", "2",
+                                 "--max-len-a", "0.5", "--max-len-b=7", "--no_average",
+                                 "--long-inputs", "fail"])
+  plain = translate.parse_args(["--workdir", str(workdir), "--beam_size", "3", "--nbest", "2",
+                                "--max_len_a", "0.5", "--max_decode_extra", "7", "--no-average",
+                                "--long_inputs", "fail"])
+  assert dashed == plain
+  assert (plain.beam_size, plain.nbest, plain.max_len_a, plain.max_decode_extra) == (3, 2, 0.5, 7)
+  with pytest.raises(SystemExit) as exit_:
+    translate.main(["--workdir", str(workdir), "--beam", "2"])
+  assert exit_.value.code == 2
+  err = capsys.readouterr().err
+  assert "unknown flag --beam (did you mean --beam_size?)" in err and len(err.splitlines()) == 1
+
+
+def test_device_dtype_and_output_limits_reach_the_search(workdir, tmp_path, monkeypatch):
+  calls = []
+  search = decode._beam_decode  # pylint: disable=protected-access
+
+  def spy(params, inputs, max_lens, **settings):
+    calls.append((np.asarray(inputs), np.asarray(max_lens), settings))
+    return search(params, inputs, max_lens, **settings)
+
+  monkeypatch.setattr(decode, "_beam_decode", spy)
+  try:
+    rows = _run(workdir, tmp_path, "--device", "cpu", "--dtype", "bfloat16", "--max_len_a", "0.5",
+                "--max_len_b", "1", "--in_flight", "1")
+    assert jax.config.jax_default_device.platform == "cpu"
+  finally:
+    jax.config.update("jax_default_device", None)
+  assert len(rows) == len(SHORT) and calls
+  for inputs, max_lens, settings in calls:
+    assert settings["cfg"].dtype == "bfloat16"
+    lengths = (inputs != 0).sum(1)
+    np.testing.assert_array_equal(max_lens, np.where(lengths > 0, np.ceil(lengths / 2) + 1, 1))
+    assert settings["max_len"] == np.ceil(inputs.shape[1] / 2) + 1
+  with pytest.raises(SystemExit, match="error: no TPU found .JAX sees: cpu."):
+    _run(workdir, tmp_path, "--device", "tpu")

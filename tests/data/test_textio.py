@@ -1,6 +1,9 @@
 """The one line reader: "\\n" ends a line, nothing else does; bad UTF-8 raises or is replaced."""
 
 import io
+import os
+import queue
+import threading
 
 import pytest
 
@@ -50,3 +53,34 @@ def test_replace_keeps_every_line(tmp_path):
       "eins", "\ufffd zwei", "drei\ufffd"]
   with pytest.raises(ValueError, match="errors='ignore'"):
     textio.read_lines(io.BytesIO(raw), errors="ignore")
+
+
+def _next_group(groups, timeout=60.0):
+  """The next group, or a failure (not a hang) if the reader waits for more than has arrived."""
+  got = queue.Queue()
+  threading.Thread(target=lambda: got.put(next(groups, None)), daemon=True).start()
+  try:
+    return got.get(timeout=timeout)
+  except queue.Empty:
+    pytest.fail(f"no group within {timeout} s: the reader waits for lines not yet written")
+
+
+def test_a_pipe_gives_each_group_of_lines_as_it_arrives(tmp_path):
+  read, write = os.pipe()
+  with os.fdopen(read, "rb", buffering=0) as stream:
+    assert textio.arrives(stream)
+    groups = textio.iter_arrived(stream, errors="replace", most=3)
+    os.write(write, b"eins\nzwei\r\n")
+    assert _next_group(groups) == ["eins", "zwei"]      # without waiting for more
+    os.write(write, b"drei\n")
+    assert _next_group(groups) == ["drei"]
+    os.write(write, b"a\nb\nc\nd\n\xff\nlast")
+    os.close(write)
+    assert _next_group(groups) == ["a", "b", "c"]       # at most `most`
+    assert _next_group(groups) == ["d", "\ufffd", "last"]
+    assert _next_group(groups) is None
+  path = tmp_path / "a.txt"
+  path.write_bytes(b"x\n")
+  assert not textio.arrives(path) and not textio.arrives(io.BytesIO(b"x\n"))
+  with open(path, "rb") as f:
+    assert not textio.arrives(f)
