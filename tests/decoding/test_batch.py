@@ -197,3 +197,14 @@ def test_a_run_field_compiles_no_decoding_program_again(member, monkeypatch):
   compiled = decode_all(TINY)
   assert all(compiled.values()), compiled  # the counts see the programs compiled so far
   assert decode_all(TINY.replace(eval_every_steps=7, num_train_steps=11, seed=3)) == compiled
+
+
+def test_output_limits_are_a_times_the_source_plus_b():
+  inputs = np.array([[5, 6, 1, 0, 0], [1, 0, 0, 0, 0], [0, 0, 0, 0, 0], [4, 4, 4, 4, 1]])
+  lengths = np.array([3, 1, 0, 5])
+  max_len, limits = batch.output_limits(inputs, 50, 1.0, 512)
+  assert max_len == 55 and list(limits) == [53, 51, 1, 55]       # ours: length + extra
+  max_len, limits = batch.output_limits(inputs, 2, 1.5, 512)      # fairseq's a * n + b
+  assert max_len == 10 and list(limits) == list(np.where(lengths, np.ceil(1.5 * lengths) + 2, 1))
+  max_len, limits = batch.output_limits(inputs, 200, 0.0, 64)     # capped by the model
+  assert max_len == 64 and list(limits) == [64, 64, 1, 64]
