@@ -324,7 +324,8 @@ def test_help_shows_the_work_directory_values_in_groups(workdir, capsys):
     assert f" {group} " in text
   with pytest.raises(SystemExit):
     translate.main(["--help"])
-  assert "--beam_size K default: the config's beam_size" in " ".join(capsys.readouterr().out.split())
+  text = " ".join(capsys.readouterr().out.split())
+  assert "--beam_size K default: the config's beam_size" in text
 
 
 def test_flags_as_users_spell_them(workdir, capsys):
