@@ -119,14 +119,21 @@ class _Formatter(argparse.RawDescriptionHelpFormatter):
     return text
 
 
-def _given_preset(args: Sequence[str]) -> Optional[str]:
-  """The --config=<preset> of a command line (the last one given), if any."""
+def given_value(args: Sequence[str], flag: str) -> Optional[str]:
+  """The value of `flag` (e.g. "--config") on a command line, the last one given, before
+  parsing (for --help); None if absent."""
   given = None
   for i, arg in enumerate(args):
-    if arg.startswith("--config="):
+    if arg.startswith(flag + "="):
       given = arg.partition("=")[2]
-    elif arg == "--config" and i + 1 < len(args):
+    elif arg == flag and i + 1 < len(args):
       given = args[i + 1]
+  return given
+
+
+def _given_preset(args: Sequence[str]) -> Optional[str]:
+  """The --config=<preset> of a command line (the last one given), if any."""
+  given = given_value(args, "--config")
   return given if given in configs.PRESETS else None
 
 

@@ -71,12 +71,7 @@ from t2t_jax.runtime import workdir as workdir_lib
 
 def _workdir_config(argv: Sequence[str]) -> Optional[configs.TransformerConfig]:
   """The config of the --workdir on a command line, for --help (None if there is none)."""
-  path = None
-  for i, arg in enumerate(argv):
-    if arg.startswith("--workdir="):
-      path = arg.partition("=")[2]
-    elif arg == "--workdir" and i + 1 < len(argv):
-      path = argv[i + 1]
+  path = cli.given_value(argv, "--workdir")
   if path is None:
     return None
   try:
@@ -138,7 +133,8 @@ def _parser(cfg: Optional[configs.TransformerConfig] = None) -> argparse.Argumen
                      help="lines of a file held and sorted at once (default: 16 batches); "
                           "for a pipe, the most lines that arrived together batched at once")
   speed.add_argument("--in_flight", type=int, default=in_flight.DEFAULT, metavar="N",
-                     help=f"batches decoded at once (default {in_flight.DEFAULT}; 1: one at a time)")
+                     help=f"batches decoded at once (default {in_flight.DEFAULT}; 1: one at a "
+                          "time)")
   speed.add_argument("--device", choices=platform.PLATFORMS,
                      help="compute on this kind of device (default: JAX's choice, an "
                           "accelerator when there is one)")
@@ -151,8 +147,8 @@ def _parser(cfg: Optional[configs.TransformerConfig] = None) -> argparse.Argumen
 def _spelt(parser: argparse.ArgumentParser, argv: Sequence[str]) -> list[str]:
   """`argv` with flags spelt as the parser spells them: --beam-size and --n-best as
   --beam_size and --n_best (an unknown flag is left to the parser's did-you-mean)."""
-  known = {option[2:].replace("-", "_"): option
-           for option in parser._option_string_actions if option.startswith("--")}  # pylint: disable=protected-access
+  options = parser._option_string_actions  # pylint: disable=protected-access
+  known = {option[2:].replace("-", "_"): option for option in options if option.startswith("--")}
   out = list(argv)
   for i, arg in enumerate(out):
     if arg == "--":

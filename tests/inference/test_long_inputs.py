@@ -1,4 +1,4 @@
-"""inference/long_inputs.py: a line too long for the model is split and joined, cropped or refused."""
+"""inference/long_inputs.py: a line too long for the model is split and joined, cropped, refused."""
 
 import dataclasses
 from typing import Optional
