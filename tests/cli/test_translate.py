@@ -346,13 +346,13 @@ def test_flags_as_users_spell_them(workdir, capsys):
 
 def test_device_dtype_and_output_limits_reach_the_search(workdir, tmp_path, monkeypatch):
   calls = []
-  search = decode._beam_decode  # pylint: disable=protected-access
+  search = batch._beam_decode  # pylint: disable=protected-access
 
   def spy(params, inputs, max_lens, **settings):
     calls.append((np.asarray(inputs), np.asarray(max_lens), settings))
     return search(params, inputs, max_lens, **settings)
 
-  monkeypatch.setattr(decode, "_beam_decode", spy)
+  monkeypatch.setattr(batch, "_beam_decode", spy)
   try:
     rows = _run(workdir, tmp_path, "--device", "cpu", "--dtype", "bfloat16", "--max_len_a", "0.5",
                 "--max_len_b", "1", "--in_flight", "1")
@@ -361,7 +361,7 @@ def test_device_dtype_and_output_limits_reach_the_search(workdir, tmp_path, monk
     jax.config.update("jax_default_device", None)
   assert len(rows) == len(SHORT) and calls
   for inputs, max_lens, settings in calls:
-    assert settings["cfg"].dtype == "bfloat16"
+    assert all(m.dtype == "bfloat16" for m in settings["models"])
     lengths = (inputs != 0).sum(1)
     np.testing.assert_array_equal(max_lens, np.where(lengths > 0, np.ceil(lengths / 2) + 1, 1))
     assert settings["max_len"] == np.ceil(inputs.shape[1] / 2) + 1
