@@ -32,7 +32,7 @@ differ.
 
 `--ctranslate2` (needs `pip install -e .[export]`) instead runs our beam search
 and CTranslate2 (float32 and int8) side by side on the same model exported with
-t2t_jax.export.convert, the same sentences, beam and batch size, and prints the ratio
+t2t_jax.export.ctranslate2, the same sentences, beam and batch size, and prints the ratio
 (ours / CTranslate2). With `--workdir`, a trained model translates the first
 `--sentences` lines of its demo test set (no length penalty in either engine, so
 both rank hypotheses the same way; the translations are compared too); without,
@@ -356,8 +356,8 @@ def _ctranslate2_runs(spec, directory, threads):
   once (inter_threads): the faster of the two is the yardstick.
   """
   import ctranslate2  # pylint: disable=import-outside-toplevel  (the export extra)
-  from t2t_jax.export import convert as export  # pylint: disable=import-outside-toplevel
-  export.save_ctranslate2(spec, directory)
+  from t2t_jax.export import ctranslate2 as ct2_export  # pylint: disable=import-outside-toplevel
+  ct2_export.save_ctranslate2(spec, directory)
   runs = {}
   for kind in ("float32", "int8"):
     runs[f"CTranslate2 {kind}"] = ctranslate2.Translator(
@@ -372,16 +372,17 @@ def _trained_workload(args):
   """Ours and CTranslate2 translating real sentences with a trained model: run functions."""
   from t2t_jax.data import vocab
   from t2t_jax.decoding import batch  # pylint: disable=import-outside-toplevel
-  from t2t_jax.export import convert as export
   from t2t_jax.export import engines
+  from t2t_jax.export import loading
   from t2t_jax.ids import EOS_ID  # pylint: disable=import-outside-toplevel
-  cfg, params, spm_path = export.load_workdir(args.workdir)
+  cfg, params, spm_path = loading.load_workdir(args.workdir)
   tokenizer = vocab.Tokenizer(spm_path)
   lines = (pathlib.Path(args.workdir) / "data" / "demo" / "test.en").read_text(
       encoding="utf-8").splitlines()[:args.sentences]
   sources = [tokenizer.encode(line)[:-1][:cfg.max_len - 1] for line in lines]
-  tokens = export.vocabulary(spm_path, cfg.vocab_size)
-  pieces = [[tokens[i] for i in source] for source in sources]
+  tokens = loading.vocabulary(spm_path, cfg.vocab_size)
+  # With their </s>, as a converted Marian model takes them (export/ctranslate2.py).
+  pieces = [[tokens[i] for i in source + [EOS_ID]] for source in sources]
   max_length = max(engines.output_limits(cfg, [s + [EOS_ID] for s in sources]))
 
   def ours(**settings):
@@ -416,7 +417,7 @@ def _random_workload(args):
   inputs = jnp.asarray(np.concatenate([sources, np.full((args.sentences, 1), EOS_ID)], 1),
                        jnp.int32)
   tokens = ["<pad>", "</s>", "<unk>"] + [f"<unused{i}>" for i in range(3, cfg.vocab_size)]
-  pieces = [[tokens[i] for i in row] for row in sources]
+  pieces = [[tokens[i] for i in row] + ["</s>"] for row in sources]   # as inputs: with EOS
 
   def ours():
     found = _search(params, inputs, cfg=cfg, beam_size=args.beam_size,
@@ -439,7 +440,7 @@ def _random_workload(args):
 def ctranslate2_side_by_side(args) -> None:
   """Our beam search, then CTranslate2 float32 and int8 on the same model and sentences."""
   import jax  # pylint: disable=import-outside-toplevel
-  from t2t_jax.export import convert as export  # pylint: disable=import-outside-toplevel
+  from t2t_jax.export import ctranslate2 as ct2_export  # pylint: disable=import-outside-toplevel
   workload = _trained_workload if args.workdir else _random_workload
   cfg, params, tokens, ours, theirs, description = workload(args)
   threads = os.cpu_count() or 1
@@ -455,7 +456,7 @@ def ctranslate2_side_by_side(args) -> None:
     seconds, outputs = _best_of(functools.partial(ours, in_flight=1), args.repeats)
     rows.append(("ours, in_flight=1", seconds, outputs))
   with tempfile.TemporaryDirectory() as directory:
-    spec = export.ctranslate2_spec(cfg, params, tokens)
+    spec = ct2_export.ctranslate2_spec(cfg, params, tokens)
     for name, translator in _ctranslate2_runs(spec, directory + "/ct2", threads).items():
       seconds, outputs = _best_of(functools.partial(theirs, translator), args.repeats)
       rows.append((name, seconds, outputs))

@@ -23,3 +23,10 @@ def trained_workdir(tmp_path_factory):
   """A work directory with a small model trained for a few hundred steps (tests/trained.py)."""
   import trained  # pylint: disable=import-outside-toplevel  (tests/ is on sys.path)
   return trained.make(tmp_path_factory.mktemp("trained"))
+
+
+@pytest.fixture(scope="session")
+def extras():
+  """The export extra's libraries by name; tests that take it skip without them."""
+  return {name: pytest.importorskip(name) for name in
+          ("torch", "transformers", "safetensors", "ctranslate2")}

@@ -21,7 +21,7 @@ import numpy as np
 
 from t2t_jax import configs
 from t2t_jax.decoding import batch
-from t2t_jax.export import convert as export
+from t2t_jax.export import loading
 
 
 def output_limits(cfg: configs.TransformerConfig, sources: Sequence[Sequence[int]],
@@ -51,7 +51,7 @@ def marian_generate(marian: Any, sources: Sequence[Sequence[int]], limits: Seque
                     beam_size: int, length_penalty: float, batch_size: int = 64
                     ) -> list[list[int]]:
   """`marian.generate` beam search (padding never generated: the export's generation config)."""
-  torch = export.require("torch")
+  torch = loading.require("torch")
   outputs: list[list[int]] = [[] for _ in sources]
   for limit, group in batches(limits, batch_size):
     inputs = torch.from_numpy(_padded([sources[i] for i in group]))
@@ -71,7 +71,8 @@ def ctranslate2_translate(translator: Any, tokens: Sequence[str], sources: Seque
                           ) -> tuple[list[list[int]], list[float]]:
   """`translator.translate_batch` beam search; scores are CTranslate2's (log P / |Y|^penalty).
 
-  `tokens` is the exported vocabulary (`export.vocabulary`). `min_length=True`
+  `tokens` is the exported vocabulary (`loading.vocabulary`); the sources' pieces
+  go in with their </s>, as MarianTokenizer makes them (export/ctranslate2.py). `min_length=True`
   forbids EOS before each batch's limit, so that every output has that length
   (for timing an untrained model).
   """
@@ -79,8 +80,7 @@ def ctranslate2_translate(translator: Any, tokens: Sequence[str], sources: Seque
   outputs: list[list[int]] = [[] for _ in sources]
   scores = [0.0] * len(sources)
   for limit, group in batches(limits, batch_size):
-    # CTranslate2 adds the EOS itself (the exported config's add_source_eos).
-    pieces = [[tokens[t] for t in sources[i][:-1]] for i in group]
+    pieces = [[tokens[t] for t in sources[i]] for i in group]
     results = translator.translate_batch(
         pieces, beam_size=beam_size, length_penalty=length_penalty, max_decoding_length=limit,
         min_decoding_length=limit if min_length else 0, return_scores=True,

@@ -1,0 +1,59 @@
+"""Our model beside an exported one: log-probabilities, and translations that are the same or tied.
+
+Shared by tests/export/test_huggingface.py and test_ctranslate2.py (fixtures in
+conftest.py). A translation that differs from ours must be a tie: our model
+gives both the same score.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from t2t_jax.ids import EOS_ID, PAD_ID
+from t2t_jax.model import transformer as model
+
+NUM_SENTENCES = 32
+TIE = 1e-4            # log-probability difference under which two hypotheses are tied
+
+
+def padded(rows):
+  out = np.zeros((len(rows), max(map(len, rows))), np.int32)
+  for r, row in enumerate(rows):
+    out[r, :len(row)] = row
+  return out
+
+
+@functools.partial(jax.jit, static_argnums=0)
+def forward(cfg, params, inputs, targets):
+  return model.Transformer(cfg).apply({"params": params}, inputs, targets)
+
+
+def log_probs(cfg, params, sources, outputs, without_padding=False):
+  """Our model's log P(output + EOS | source) per row, normalised as in beam search.
+
+  `without_padding`: each step's distribution with <pad> taken out (renormalised),
+  as the CTranslate2 export computes it.
+  """
+  inputs, targets = padded(sources), padded([o + [EOS_ID] for o in outputs])
+  logits = forward(cfg, params, inputs, targets)
+  if without_padding:
+    logits = logits.at[..., PAD_ID].set(-jnp.inf)
+  log_p = jax.nn.log_softmax(logits, axis=-1)                         # [batch, length, vocab]
+  gold = jnp.take_along_axis(log_p, targets[..., None], axis=-1)[..., 0]
+  return np.asarray(jnp.sum(jnp.where(targets != 0, gold, 0.0), axis=1))
+
+
+def assert_same_or_tied(ours, theirs, engine):
+  """Identical translations, or ties: ours and theirs have the same log-probability."""
+  cfg, params, _, _, ids, outputs = ours
+  differ = [i for i, (a, b) in enumerate(zip(outputs, theirs)) if a != b]
+  print(f"{engine}: {NUM_SENTENCES - len(differ)}/{NUM_SENTENCES} translations identical")
+  if differ:
+    sources = [ids[i] for i in differ]
+    gaps = (log_probs(cfg, params, sources, [theirs[i] for i in differ])
+            - log_probs(cfg, params, sources, [outputs[i] for i in differ]))
+    for i, gap in zip(differ, gaps):
+      assert abs(gap) < TIE, f"{engine} sentence {i}: {theirs[i]} vs ours {outputs[i]}, gap {gap}"
+  assert len(differ) <= 2

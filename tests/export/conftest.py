@@ -1,0 +1,25 @@
+"""Fixtures of the export tests: our translations of held-out sentences (`extras`: tests/conftest.py)."""
+
+import pytest
+
+import agreement
+import trained
+from t2t_jax.decoding import batch
+from t2t_jax.inference import translator as inference
+from t2t_jax.runtime import checkpoint
+from t2t_jax.runtime import workdir as workdir_lib
+
+
+@pytest.fixture(scope="session")
+def ours(trained_workdir):
+  """Config, params, tokenizer, held-out sources and our beam-4 alpha-0 translations."""
+  n = agreement.NUM_SENTENCES
+  cfg = workdir_lib.load_config(trained_workdir)
+  params = checkpoint.load_params(trained_workdir)
+  tokenizer = inference.load_tokenizer(trained_workdir)
+  sources = trained.held_out_sources(n)
+  ids = [tokenizer.encode(s) for s in sources]             # EOS-terminated
+  outputs = batch.decode_ids(cfg, params, [i[:-1] for i in ids], beam_size=4, alpha=0.0,
+                             batch_size=n)                # one batch: one compilation
+  assert sum(len(set(o)) > 2 for o in outputs) > n // 2   # real sentences
+  return cfg, params, tokenizer, sources, ids, outputs

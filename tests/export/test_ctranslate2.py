@@ -1,0 +1,94 @@
+"""Export to CTranslate2, called as its documentation calls a converted Marian model.
+
+CTranslate2's recipe for a transformers Marian model: the tokenizer's pieces
+*with* the final </s> (`tokenizer.convert_ids_to_tokens(tokenizer.encode(text))`)
+into `translate_batch`. The export writes that tokenizer beside the model; with
+it, greedy search and beam search without a length penalty give our
+translations, for the trained test model (`trained_workdir`) and for random
+parameters.
+"""
+
+import jax
+import numpy as np
+import pytest
+
+import agreement
+import trained
+from t2t_jax.decoding import batch
+from t2t_jax.export import ctranslate2 as ct2_export
+from t2t_jax.export import engines
+from t2t_jax.export import loading
+from t2t_jax.model import transformer as model
+
+
+def test_ctranslate2_float32_finds_our_translations_and_scores(extras, ours, trained_workdir,
+                                                               tmp_path):
+  ctranslate2 = extras["ctranslate2"]
+  cfg, params, tokenizer, _, ids, _ = ours
+  out = ct2_export.export_ctranslate2(trained_workdir, tmp_path / "ct2")
+  translator = ctranslate2.Translator(str(out), device="cpu", compute_type="float32",
+                                      intra_threads=1)
+  tokens = loading.vocabulary(tokenizer.model_path, cfg.vocab_size)
+  theirs, scores = engines.ctranslate2_translate(
+      translator, tokens, ids, engines.output_limits(cfg, ids), beam_size=4, length_penalty=0.0)
+  agreement.assert_same_or_tied(ours, theirs, "ctranslate2")
+  assert not any(0 in output for output in theirs)   # <pad> is never generated
+  # Its scores (log P, EOS included, without a length penalty) are our model's,
+  # each step's distribution without <pad> (the export's padding bias).
+  np.testing.assert_allclose(scores, agreement.log_probs(cfg, params, ids, theirs,
+                                                         without_padding=True),
+                             atol=1e-3, rtol=0)
+  with pytest.raises(RuntimeError, match="already exists"):
+    ct2_export.export_ctranslate2(trained_workdir, out)
+
+
+def _recipe(ctranslate2, transformers, directory, texts, beam_size, limits=None):
+  """CTranslate2's documented calls, with the tokenizer the export wrote: our ids out.
+
+  `limits` (one per text): max_decoding_length, for outputs that run to our limit.
+  """
+  tokenizer = transformers.MarianTokenizer.from_pretrained(directory)
+  translator = ctranslate2.Translator(str(directory), device="cpu", intra_threads=1)
+  sources = [tokenizer.convert_ids_to_tokens(tokenizer.encode(text)) for text in texts]
+  assert all(source[-1] == "</s>" for source in sources)
+  outputs = [None] * len(texts)
+  groups = (engines.batches(limits, len(texts)) if limits else
+            [(256, list(range(len(texts))))])          # 256: translate_batch's default
+  for limit, group in groups:
+    results = translator.translate_batch([sources[i] for i in group], beam_size=beam_size,
+                                         length_penalty=0.0, max_decoding_length=limit)
+    for i, result in zip(group, results):
+      outputs[i] = tokenizer.convert_tokens_to_ids(result.hypotheses[0])
+  return outputs
+
+
+def _ours(cfg, params, ids, beam_size):
+  return batch.decode_ids(cfg, params, [i[:-1] for i in ids], beam_size=beam_size, alpha=0.0,
+                          batch_size=len(ids))
+
+
+def test_the_documented_recipe_gives_our_translations(extras, ours, trained_workdir, tmp_path):
+  cfg, params, _, sources, ids, beam_4 = ours
+  out = ct2_export.export_ctranslate2(trained_workdir, tmp_path / "ct2")
+  for beam_size, expected in ((1, _ours(cfg, params, ids, 1)), (4, beam_4)):
+    theirs = _recipe(extras["ctranslate2"], extras["transformers"], out, sources, beam_size)
+    same = sum(a == b for a, b in zip(expected, theirs))
+    assert same == len(sources), f"beam {beam_size}: {same}/{len(sources)} identical"
+
+
+def test_random_parameters_give_our_translations(extras, trained_workdir, tmp_path):
+  """Untrained weights run every output to its limit: every weight and limit must match."""
+  cfg = trained.config()
+  params = jax.device_get(model.init_params(cfg, jax.random.key(7)))
+  spm_path = str(trained_workdir / "vocab" / "spm.model")
+  out = ct2_export.write_ctranslate2(cfg, params, spm_path, tmp_path / "ct2")
+  texts = trained.held_out_sources(agreement.NUM_SENTENCES)
+  ids = extras["transformers"].MarianTokenizer.from_pretrained(out)(texts)["input_ids"]
+  limits = engines.output_limits(cfg, ids)
+  greedy = _recipe(extras["ctranslate2"], extras["transformers"], out, texts, 1, limits)
+  assert greedy == _ours(cfg, params, ids, 1)
+  beam = _recipe(extras["ctranslate2"], extras["transformers"], out, texts, 4, limits)
+  same = sum(a == b for a, b in zip(beam, _ours(cfg, params, ids, 4)))
+  # Near-ties abound in an untrained model, and CTranslate2 renormalises each
+  # step without <pad> where we do not: its search can keep another hypothesis.
+  assert same >= len(texts) - 2, f"beam 4: {same}/{len(texts)} identical"

@@ -1,0 +1,39 @@
+"""The one reader of our parameters for export: which models it refuses, and the layout it gives."""
+
+import jax
+import numpy as np
+import pytest
+
+from t2t_jax import configs
+from t2t_jax.export import weights
+from t2t_jax.model import transformer as model
+
+
+def test_models_the_engines_cannot_run_are_refused_with_the_reason():
+  for overrides, reason in ((dict(positional_encoding="learned"), "positional_encoding"),
+                            (dict(share_embeddings=False), "share_embeddings"),
+                            (dict(attention_window=3), "attention_window"),
+                            (dict(d_k=16), "d_k=16")):
+    with pytest.raises(ValueError, match=reason):
+      weights.check_exportable(configs.get_config("demo", **overrides))
+  weights.check_exportable(configs.get_config("demo"))
+
+
+def test_linear_maps_are_our_kernels_as_out_by_in():
+  cfg = configs.get_config("demo", num_layers=1, d_model=16, d_ff=24, num_heads=2, vocab_size=20)
+  params = jax.device_get(model.init_params(cfg, jax.random.key(0)))
+  w = weights.from_params(cfg, params)
+  x = np.random.default_rng(0).standard_normal((3, cfg.d_model)).astype(np.float32)
+  a = params["decoder"]["layers_0"]["cross_attention"]
+  # x W^T (theirs) equals x . kernel (ours), heads major in the projected dimension.
+  np.testing.assert_allclose(x @ w.decoder[0].cross_attention.key.weight.T,
+                             np.einsum("bd,dhk->bhk", x, a["key"]["kernel"]).reshape(3, -1),
+                             atol=1e-5)
+  heads = np.random.default_rng(1).standard_normal((3, cfg.d_model)).astype(np.float32)
+  np.testing.assert_allclose(heads @ w.decoder[0].cross_attention.out.weight.T,
+                             np.einsum("bhk,hkd->bd", heads.reshape(3, 2, -1), a["out"]["kernel"]),
+                             atol=1e-5)
+  ffn = params["encoder"]["layers_0"]["ffn"]
+  np.testing.assert_allclose(w.encoder[0].ffn.inner.weight.T, ffn["wi"]["kernel"])
+  np.testing.assert_array_equal(w.encoder[0].ffn.outer.bias, ffn["wo"]["bias"])
+  assert w.encoder[0].cross_attention is None and len(w.decoder) == cfg.num_layers
