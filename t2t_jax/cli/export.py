@@ -3,8 +3,9 @@
     t2t-export --workdir runs/demo --to huggingface runs/demo-hf
     t2t-export --workdir runs/demo --to ctranslate2 runs/demo-ct2 [--quantization int8]
 
-Needs the export extras (`pip install -e .[export]`). What is written, and how
-it matches our model: docs/export.md.
+Needs the export extras (`pip install -e .[export]`). What is written, how it
+matches our model and how to call it: docs/export.md. The library behind it:
+t2t_jax/export/ (huggingface.py, ctranslate2.py).
 """
 
 from __future__ import annotations
@@ -15,13 +16,17 @@ import sys
 from typing import Optional, Sequence
 
 from t2t_jax.cli import flags as cli
-from t2t_jax.export import convert as export
+from t2t_jax.export import ctranslate2 as ct2_export
+from t2t_jax.export import huggingface
+
+FORMATS = ("huggingface", "ctranslate2")
 
 
+@cli.command
 def main(argv: Optional[Sequence[str]] = None) -> None:
   parser = cli.parser("t2t-export", __doc__)
   parser.add_argument("--workdir", required=True, help="the training run's work directory")
-  parser.add_argument("--to", required=True, choices=sorted(export.EXPORTERS), help="target format")
+  parser.add_argument("--to", required=True, choices=FORMATS, help="target format")
   parser.add_argument("out", help="output directory")
   parser.add_argument("--average", action=argparse.BooleanOptionalAction, default=True,
                       help="use the averaged checkpoint if there is one (--no-average: the latest)")
@@ -29,20 +34,17 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   parser.add_argument("--force", action="store_true",
                       help="ctranslate2 only: overwrite an existing output directory")
   args = parser.parse_args(argv)
+  if args.to != "ctranslate2" and (args.quantization or args.force):
+    parser.error("--quantization and --force apply to --to ctranslate2 only")
   if not pathlib.Path(args.workdir).is_dir():
-    raise SystemExit(f"error: work directory {args.workdir} does not exist")
-  options = {"average": args.average}
+    raise FileNotFoundError(f"work directory {args.workdir} does not exist")
   if args.to == "ctranslate2":
-    options.update(quantization=args.quantization, force=args.force)
-  elif args.quantization or args.force:
-    raise SystemExit("error: --quantization and --force apply to --to ctranslate2 only")
-  cli.setup_logging()
-  cli.apply_log_level(args)
-  try:
-    out = export.EXPORTERS[args.to](args.workdir, args.out, **options)
-  except (export.MissingExtrasError, OSError, ValueError, RuntimeError) as e:
-    raise SystemExit(f"error: {e}") from None
-  print(f"Exported {args.workdir} to {out} ({args.to})", file=sys.stderr)
+    out = ct2_export.export_ctranslate2(args.workdir, args.out, average=args.average,
+                                        quantization=args.quantization, force=args.force)
+    print(f"Exported {args.workdir} to {out} (ctranslate2): {ct2_export.USAGE}", file=sys.stderr)
+  else:
+    out = huggingface.export_huggingface(args.workdir, args.out, average=args.average)
+    print(f"Exported {args.workdir} to {out} ({args.to})", file=sys.stderr)
 
 
 if __name__ == "__main__":
