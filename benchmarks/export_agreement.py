@@ -14,7 +14,10 @@ Prints:
      CTranslate2 float32 and int8 (beam_size, length_penalty) share with ours,
      without a length penalty (alpha = 0 everywhere: the same ranking) and with
      0.6 (ours GNMT ((5 + |Y|) / 6)^0.6, theirs |Y|^0.6: not the same ranking),
-     and the BLEU of each against the references when `--references` exists.
+     and the BLEU of each against the references when `--references` exists;
+  3. how many translations CTranslate2 float32 shares with ours when called as
+     its documentation calls a Marian model (the exported MarianTokenizer's
+     pieces with their </s>, `translate_batch`), greedy and beam 4, alpha 0.
 """
 
 from __future__ import annotations
@@ -31,8 +34,10 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from t2t_jax.decoding import batch  # noqa: E402
-from t2t_jax.export import convert as export
-from t2t_jax.export import engines
+from t2t_jax.export import ctranslate2 as ct2_export  # noqa: E402
+from t2t_jax.export import engines  # noqa: E402
+from t2t_jax.export import huggingface  # noqa: E402
+from t2t_jax.export import loading  # noqa: E402
 from t2t_jax.ids import EOS_ID, PAD_ID  # noqa: E402
 from t2t_jax.inference import translator as inference
 from t2t_jax.model import transformer as model
@@ -46,7 +51,7 @@ def _padded(rows):
 
 
 def _logit_differences(cfg, params, sources, outputs) -> dict[str, float]:
-  torch = export.require("torch")
+  torch = loading.require("torch")
   inputs = _padded(sources)
   targets = _padded([o + [EOS_ID] for o in outputs])
   ours = np.asarray(model.Transformer(cfg).apply({"params": params}, jnp.asarray(inputs),
@@ -61,8 +66,8 @@ def _logit_differences(cfg, params, sources, outputs) -> dict[str, float]:
                       decoder_input_ids=torch.from_numpy(decoder_inputs).long()).logits.numpy()
     return float(np.abs(theirs - ours)[real].max())
 
-  plain = export.marian_model(cfg, params, rescale_epsilon=False)
-  result = {"export (epsilon rescaled)": largest(export.marian_model(cfg, params)),
+  plain = huggingface.marian_model(cfg, params, rescale_epsilon=False)
+  result = {"export (epsilon rescaled)": largest(huggingface.marian_model(cfg, params)),
             "without the rescaling": largest(plain)}
   for module in plain.modules():
     if isinstance(module, torch.nn.LayerNorm):
@@ -92,11 +97,11 @@ def main() -> None:
   refs = references.read_text(encoding="utf-8").splitlines()[:args.sentences] \
       if references.is_file() else None
 
-  ctranslate2 = export.require("ctranslate2")
-  export.require("torch").set_num_threads(os.cpu_count() or 1)
-  cfg, params, spm_path = export.load_workdir(workdir)
+  ctranslate2 = loading.require("ctranslate2")
+  loading.require("torch").set_num_threads(os.cpu_count() or 1)
+  cfg, params, spm_path = loading.load_workdir(workdir)
   tokenizer = inference.load_tokenizer(workdir)
-  tokens = export.vocabulary(spm_path, cfg.vocab_size)
+  tokens = loading.vocabulary(spm_path, cfg.vocab_size)
   ids = [tokenizer.encode(line)[:-1][:cfg.max_len - 1] + [EOS_ID] for line in lines]
   limits = engines.output_limits(cfg, ids)
   print(f"{workdir}: {len(ids)} sentences of {source}, beam {args.beam_size}")
@@ -107,9 +112,9 @@ def main() -> None:
   for name, value in _logit_differences(cfg, params, ids, ours[0.0]).items():
     print(f"  {name:40} {value:.3g}")
 
-  marian = export.marian_model(cfg, params)
+  marian = huggingface.marian_model(cfg, params)
   with tempfile.TemporaryDirectory() as tmp:
-    export.export_ctranslate2(workdir, pathlib.Path(tmp) / "ct2")
+    ct2_export.export_ctranslate2(workdir, pathlib.Path(tmp) / "ct2")
     translators = {kind: ctranslate2.Translator(str(pathlib.Path(tmp) / "ct2"), device="cpu",
                                                 compute_type=kind) for kind in ("float32", "int8")}
     print(f"translations identical to ours, of {len(ids)}"
@@ -127,6 +132,27 @@ def main() -> None:
         padded = sum(PAD_ID in o for o in outputs)
         print(f"  alpha/length_penalty {alpha}: {name:22} {same:5d}{bleu}"
               f"{f'  ({padded} with <pad>)' if padded else ''}")
+    _recipe_agreement(ctranslate2, pathlib.Path(tmp) / "ct2", cfg, params, lines, ids)
+
+
+def _recipe_agreement(ctranslate2, directory, cfg, params, lines, ids) -> None:
+  """3. CTranslate2 float32 called as its documentation calls a Marian model, greedy and beam 4.
+
+  The MarianTokenizer written beside the model makes the pieces, `</s>` included;
+  `translate_batch` keeps its defaults but for the beam and no length penalty.
+  """
+  tokenizer = loading.require("transformers").MarianTokenizer.from_pretrained(directory)
+  translator = ctranslate2.Translator(str(directory), device="cpu", compute_type="float32")
+  sources = [tokenizer.convert_ids_to_tokens(tokenizer.encode(line)) for line in lines]
+  agree = sum(tokenizer.convert_tokens_to_ids(s) == i for s, i in zip(sources, ids))
+  print(f"CTranslate2 float32 called as documented (MarianTokenizer pieces with </s>; "
+        f"{agree}/{len(ids)} sources tokenised as ours), translations identical to ours:")
+  for beam_size in (1, 4):
+    ours = batch.decode_ids(cfg, params, [i[:-1] for i in ids], beam_size=beam_size, alpha=0.0)
+    results = translator.translate_batch(sources, beam_size=beam_size, length_penalty=0.0)
+    theirs = [tokenizer.convert_tokens_to_ids(r.hypotheses[0]) for r in results]
+    same = sum(a == b for a, b in zip(ours, theirs))
+    print(f"  {'greedy' if beam_size == 1 else f'beam {beam_size}':8} {same:5d} / {len(ids)}")
 
 
 if __name__ == "__main__":
