@@ -30,8 +30,9 @@ from t2t_jax import inference
 from t2t_jax.data import buckets
 from t2t_jax.decoding import alignment
 from t2t_jax.decoding import batch
-from t2t_jax.export import convert as export
+from t2t_jax.export import ctranslate2 as ct2_export
 from t2t_jax.export import engines as export_engines
+from t2t_jax.export import loading
 from t2t_jax.ids import EOS_ID
 from t2t_jax.inference import streaming
 from t2t_jax.inference import visualize
@@ -124,7 +125,7 @@ class CTranslate2Engine:
 
   def __init__(self, model_dir: str | os.PathLike, translator: inference.Translator,
                batch_size: int, threads: int = 0):
-    ctranslate2 = export.require("ctranslate2")
+    ctranslate2 = loading.require("ctranslate2")
     self.translator, self.cfg, self.tokenizer = translator, translator.cfg, translator.tokenizer
     self.batch_size = batch_size
     self.model = ctranslate2.Translator(str(model_dir), device="cpu", compute_type="float32",
@@ -140,12 +141,12 @@ class CTranslate2Engine:
   def from_workdir(cls, workdir: str | os.PathLike, translator: inference.Translator,
                    batch_size: int, threads: int = 0, average: bool = True
                    ) -> "CTranslate2Engine":
-    """The export in WORKDIR/ctranslate2, written by `export.export_ctranslate2` when absent
+    """The export in WORKDIR/ctranslate2, written by `ct2_export.export_ctranslate2` when absent
     or older than the work directory's checkpoints."""
     model_dir = pathlib.Path(workdir) / CTRANSLATE2_DIR
     if not _export_is_current(pathlib.Path(workdir), model_dir / "model.bin"):
       log.info("exporting %s to CTranslate2 in %s", workdir, model_dir)
-      export.export_ctranslate2(workdir, model_dir, average=average, force=True)
+      ct2_export.export_ctranslate2(workdir, model_dir, average=average, force=True)
     return cls(model_dir, translator, batch_size, threads)
 
   def check(self, settings: Settings) -> None:
