@@ -7,7 +7,8 @@
 
 Both formats (export/huggingface.py, export/ctranslate2.py) build their models
 from `Weights` and never read `params` themselves, so a change of our layout
-(another attention projection, a bias) is one edit here. transformers and
+is one edit here; the attention projections come from the model's own
+`MultiHeadAttention.weights`. transformers and
 CTranslate2 both store a linear map as `weight` [out, in] and `bias` [out], the
 transpose of our kernels [in, ...]; the attention heads are the major part of the
 projected dimension in both layouts, so a reshape keeps them apart.
@@ -20,6 +21,7 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 
 from t2t_jax import configs
+from t2t_jax.model import layers
 
 
 class Linear(NamedTuple):
@@ -83,11 +85,10 @@ def _f32(x: Any) -> np.ndarray:
 
 
 def _attention(p: Any) -> Attention:
-  """MultiHeadAttention's kernels: query/key/value [d_model, heads, depth], out [heads, depth, d_model]."""
-  d_model = np.shape(p["out"]["kernel"])[-1]
-  project = lambda name: Linear(_f32(np.reshape(p[name]["kernel"], (d_model, -1)).T), None)
-  out = Linear(_f32(np.reshape(p["out"]["kernel"], (-1, d_model)).T), None)
-  return Attention(project("query"), project("key"), project("value"), out)
+  """One attention's projections, read through the model's own `MultiHeadAttention.weights`."""
+  w = layers.MultiHeadAttention.weights(p)                 # x @ W, heads major: W [in, out]
+  return Attention(*(Linear(_f32(np.asarray(w[name]).T), None)
+                     for name in ("query", "key", "value", "out")))
 
 
 def _dense(p: Any) -> Linear:
