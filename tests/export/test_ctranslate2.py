@@ -70,8 +70,10 @@ def _ours(cfg, params, ids, beam_size):
 def test_the_documented_recipe_gives_our_translations(extras, ours, trained_workdir, tmp_path):
   cfg, params, _, sources, ids, beam_4 = ours
   out = ct2_export.export_ctranslate2(trained_workdir, tmp_path / "ct2")
+  limits = engines.output_limits(cfg, ids)   # ours; positions end at cfg.max_len (64)
   for beam_size, expected in ((1, _ours(cfg, params, ids, 1)), (4, beam_4)):
-    theirs = _recipe(extras["ctranslate2"], extras["transformers"], out, sources, beam_size)
+    theirs = _recipe(extras["ctranslate2"], extras["transformers"], out, sources, beam_size,
+                     limits)
     same = sum(a == b for a, b in zip(expected, theirs))
     assert same == len(sources), f"beam {beam_size}: {same}/{len(sources)} identical"
 
