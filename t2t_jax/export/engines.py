@@ -4,7 +4,7 @@
     outputs = marian_generate(marian, sources, limits, beam_size=4, length_penalty=0.0)
     outputs, scores = ctranslate2_translate(translator, tokens, sources, limits, beam_size=4)
 
-For comparisons and benchmarks (tests/test_export.py, benchmarks/): `sources`
+For comparisons and benchmarks (tests/export/, benchmarks/): `sources`
 are EOS-terminated id lists, outputs are id lists without EOS, in input order.
 transformers and CTranslate2 take one output limit per call where we have one
 per sentence, so sentences are grouped by limit, then cut into batches. The
