@@ -160,7 +160,7 @@ def measure_testset(args) -> list[dict]:
   from t2t_jax import configs  # pylint: disable=import-outside-toplevel
   from t2t_jax.data import vocab
   from t2t_jax.inference import bleu as evaluate
-  from t2t_jax.runtime import checkpoint
+  from t2t_jax.runtime import averaging
 
   def read_lines(path):
     return path.read_text(encoding="utf-8").splitlines()
@@ -174,7 +174,7 @@ def measure_testset(args) -> list[dict]:
   data = workdir / "data" / cfg.dataset
   sources = read_lines(data / f"test.{cfg.source_lang}")
   references = read_lines(data / f"test.{cfg.target_lang}")
-  params = checkpoint.load_params(workdir)
+  params = averaging.load_params(workdir)
   ids = [tokenizer.encode(line)[:-1][:cfg.max_len - 1] for line in sources]
   driver, _ = _driver()
   first, best, outputs = _timed(lambda: driver.decode_ids(cfg, params, ids), args.repeats)

@@ -155,6 +155,7 @@ def run_reference(cmd, env, log) -> tuple[float, float]:
 
 def final_state(workdir: pathlib.Path):
   import jax  # pylint: disable=g-import-not-at-top
+  from t2t_jax.runtime import averaging  # pylint: disable=g-import-not-at-top
   from t2t_jax.runtime import checkpoint  # pylint: disable=g-import-not-at-top
   from t2t_jax.runtime import workdir as workdir_lib
   from t2t_jax.train import optim
@@ -164,7 +165,7 @@ def final_state(workdir: pathlib.Path):
       steps.create_train_state, cfg, optim.make_optimizer(cfg)), jax.random.key(0))
   with checkpoint.Checkpointer(workdir, cfg) as ckpt:
     state, extras = ckpt.restore_latest(abstract)
-  averaged = checkpoint.load_params(workdir, averaged=True)
+  averaged = averaging.load_params(workdir, averaged=True)
   bleu = json.loads((workdir / "results.json").read_text())["bleu"]
   return state, extras["data"], averaged, bleu
 

@@ -13,6 +13,7 @@ from typing import Optional, Sequence
 import jax
 
 from t2t_jax.cli import flags as cli
+from t2t_jax.runtime import averaging
 from t2t_jax.runtime import checkpoint
 from t2t_jax.runtime import workdir as workdir_lib
 
@@ -31,8 +32,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     last = workdir_lib.load_config(args.workdir).average_last if has_config else 5
   if last < 1:
     parser.error(f"--last={last} must be at least 1")
-  params = checkpoint.average_checkpoints(args.workdir, last=last)
-  steps = checkpoint.averaged_steps(args.workdir)
+  params = averaging.average_checkpoints(args.workdir, last=last)
+  steps = averaging.averaged_steps(args.workdir)
   directory = pathlib.Path(args.workdir).absolute() / checkpoint.AVERAGED_DIR / str(steps[-1])
   count = sum(x.size for x in jax.tree.leaves(params))
   print(f"Averaged steps {steps} ({count:,} parameters) into {directory}")

@@ -63,7 +63,7 @@ from t2t_jax.decoding import in_flight
 from t2t_jax.inference import long_inputs
 from t2t_jax.inference import streaming
 from t2t_jax.inference import translator as inference
-from t2t_jax.runtime import checkpoint
+from t2t_jax.runtime import averaging
 from t2t_jax.runtime import compile_cache
 from t2t_jax.runtime import platform
 from t2t_jax.runtime import workdir as workdir_lib
@@ -75,7 +75,7 @@ def _workdir_config(argv: Sequence[str]) -> Optional[configs.TransformerConfig]:
   if path is None:
     return None
   try:
-    return workdir_lib.load_config(checkpoint.checkpoint_workdir(path) or path)
+    return workdir_lib.load_config(averaging.checkpoint_workdir(path) or path)
   except (OSError, ValueError):
     return None  # main says what is wrong with it
 

@@ -19,7 +19,7 @@ from t2t_jax import ids
 from t2t_jax.data import vocab
 from t2t_jax.export import weights
 from t2t_jax.inference import translator as inference
-from t2t_jax.runtime import checkpoint
+from t2t_jax.runtime import averaging
 from t2t_jax.runtime import workdir as workdir_lib
 
 PLACEHOLDER = "<unused{}>"   # vocabulary entry of an id the SentencePiece model lacks
@@ -47,7 +47,7 @@ def load_workdir(workdir: str | os.PathLike, average: bool = True
   cfg = workdir_lib.load_config(workdir)
   weights.check_exportable(cfg)
   spm_path = inference.load_tokenizer(workdir).model_path
-  params = checkpoint.load_params(workdir, averaged=average)
+  params = averaging.load_params(workdir, averaged=average)
   return cfg, params, spm_path
 
 

@@ -40,7 +40,7 @@ from t2t_jax.decoding import ensemble
 from t2t_jax.decoding import in_flight as in_flight_lib
 from t2t_jax.inference import long_inputs as long_inputs_lib
 from t2t_jax.inference import streaming
-from t2t_jax.runtime import checkpoint
+from t2t_jax.runtime import averaging
 from t2t_jax.runtime import workdir as workdir_lib
 
 log = logging.getLogger(__name__)
@@ -62,15 +62,15 @@ def load_model(path: str | os.PathLike, average: bool = True, **overrides: Any
 
   `overrides`: config fields to change for decoding, e.g. beam_size=1.
   """
-  workdir = checkpoint.checkpoint_workdir(path) or pathlib.Path(path)
+  workdir = averaging.checkpoint_workdir(path) or pathlib.Path(path)
   if not workdir.is_dir():
     raise FileNotFoundError(f"work directory {workdir} does not exist: {workdir_lib.TRAIN_FIRST}")
   cfg = workdir_lib.load_config(workdir).replace(**overrides)
   tokenizer = load_tokenizer(workdir)
-  if checkpoint.checkpoint_workdir(path) is not None:
-    params = checkpoint.load_checkpoint_params(path)
+  if averaging.checkpoint_workdir(path) is not None:
+    params = averaging.load_checkpoint_params(path)
   else:
-    params = checkpoint.load_params(workdir, averaged=average)
+    params = averaging.load_params(workdir, averaged=average)
   return ensemble.Member(cfg, params), tokenizer
 
 

@@ -41,7 +41,7 @@ def attention_maps(cfg: Any, params: Any, source_ids: Sequence[int],
 
   Args:
     cfg: the model's `TransformerConfig`.
-    params: its parameters (e.g. `checkpoint.load_params(workdir)`).
+    params: its parameters (e.g. `averaging.load_params(workdir)`).
     source_ids, target_ids: token ids of one sentence each, normally ending
       with EOS (1) and without padding.
 

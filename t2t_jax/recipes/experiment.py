@@ -22,7 +22,7 @@ from t2t_jax import configs
 from t2t_jax.data import dataset as data
 from t2t_jax.inference import bleu as evaluate
 from t2t_jax.recipes import paper
-from t2t_jax.runtime import checkpoint
+from t2t_jax.runtime import averaging
 from t2t_jax.runtime import multihost
 from t2t_jax.runtime import workdir as workdir_lib
 from t2t_jax.train import trainer as train
@@ -62,7 +62,7 @@ def _run(cfg: configs.TransformerConfig, workdir: pathlib.Path,
       data.prepare(cfg, str(workdir)))[1])
   summary = train.train_and_evaluate(cfg, workdir, ds, init_params)
 
-  params = checkpoint.average_checkpoints(workdir, last=cfg.average_last)
+  params = averaging.average_checkpoints(workdir, last=cfg.average_last)
   names = ("sacrebleu", "sacrebleu_intl", "paper")
   if ds.test_sources():
     scores = evaluate.decode_and_score(
@@ -80,7 +80,7 @@ def _run(cfg: configs.TransformerConfig, workdir: pathlib.Path,
       "dev_perplexity": summary["dev_perplexity"],
       "dev_accuracy": summary["dev_accuracy"],
       "steps": summary["final_step"],
-      "averaged_steps": checkpoint.averaged_steps(workdir),
+      "averaged_steps": averaging.averaged_steps(workdir),
       "train_tokens_per_s": summary["tokens_per_s"],
       "train_wall_time_s": round(summary["wall_time_s"], 1),
       "decode_seconds": scores["decode"]["seconds"],

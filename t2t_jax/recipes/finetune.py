@@ -20,7 +20,7 @@ from typing import Any
 
 from t2t_jax import configs
 from t2t_jax.data import vocab
-from t2t_jax.runtime import checkpoint
+from t2t_jax.runtime import averaging
 from t2t_jax.runtime import workdir as workdir_lib
 
 log = logging.getLogger(__name__)
@@ -62,6 +62,6 @@ def start(cfg: configs.TransformerConfig, parent: str | os.PathLike,
   parent = pathlib.Path(parent)
   check(cfg, parent)
   vocab.adopt(str(parent / "vocab"), str(pathlib.Path(workdir) / "vocab"))
-  params = checkpoint.load_params(parent, averaged=True)
+  params = averaging.load_params(parent, averaged=True)
   log.info("Fine-tuning from %s", parent)
   return params

@@ -42,7 +42,7 @@ from t2t_jax.cli import flags as cli
 from t2t_jax.data import dataset as data
 from t2t_jax.inference import bleu as evaluate
 from t2t_jax.recipes import paper
-from t2t_jax.runtime import checkpoint
+from t2t_jax.runtime import averaging
 from t2t_jax.runtime import workdir as workdir_lib
 from t2t_jax.train import trainer as train
 
@@ -123,7 +123,7 @@ def run_row(row: str, cfg: configs.TransformerConfig, workdir: pathlib.Path) -> 
            cfg.num_train_steps, row_dir)
   ds = data.prepare(cfg, str(row_dir))
   summary = train.train_and_evaluate(cfg, row_dir, ds)
-  params = checkpoint.load_params(row_dir, averaged=False)  # Table 3: no averaging
+  params = averaging.load_params(row_dir, averaged=False)  # Table 3: no averaging
   bleu = evaluate.decode_and_score(cfg, params, ds.tokenizer, ds.dev_sources(),
                                    ds.dev_references(), row_dir / "dev.hyp")
   paper_ppl, paper_bleu = paper.DEV[row]

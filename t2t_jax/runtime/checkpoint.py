@@ -15,7 +15,8 @@ save and restore (orbax needs them all; every process holds the same state,
 and process 0 writes it); every process restores the same step, which they decide
 together (`Checkpointer.restore_latest`). The dropout
 key is not saved: it is derived from `cfg.seed` and the step (docs/training.md).
-The console script `t2t-average-checkpoints` is cli/average.py.
+Averaging and loading saved parameters for inference: runtime/averaging.py; its
+console script `t2t-average-checkpoints` is cli/average.py.
 """
 
 from __future__ import annotations
@@ -33,7 +34,6 @@ from typing import Any, Callable, Iterator, Optional, Sequence
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-from orbax.checkpoint import checkpoint_managers
 
 from t2t_jax import configs
 from t2t_jax.runtime import multihost
@@ -95,7 +95,7 @@ def _json_clean(obj: Any, what: str) -> Any:
     raise ValueError(f"{what} must be JSON-serialisable: {e}") from None
 
 
-def _registry(tree_handler: type[ocp.CheckpointHandler]) -> Any:
+def handler_registry(tree_handler: type[ocp.CheckpointHandler]) -> Any:
   """Handlers of a training checkpoint's items and of an averaged one's.
 
   Writing and restoring a whole training state use StandardCheckpointHandler;
@@ -107,7 +107,7 @@ def _registry(tree_handler: type[ocp.CheckpointHandler]) -> Any:
       info=ocp.JsonCheckpointHandler())
 
 
-def _read_manager(directory: pathlib.Path,
+def read_manager(directory: pathlib.Path,
                   tree_handler: type[ocp.CheckpointHandler] = ocp.PyTreeCheckpointHandler
                   ) -> ocp.CheckpointManager:
   """A manager for reading only, on this process alone; items restore in parts.
@@ -127,7 +127,7 @@ def _read_manager(directory: pathlib.Path,
           multiprocessing_options=ocp.options.MultiprocessingOptions(
               primary_host=me, active_processes={me},
               barrier_sync_key_prefix=f"t2t_jax_read_{me}")),
-      handler_registry=_registry(tree_handler))
+      handler_registry=handler_registry(tree_handler))
 
 
 def _set_aside(path: pathlib.Path) -> pathlib.Path:
@@ -235,8 +235,8 @@ class Checkpointer:
             preservation_policy=self._retention,
             enable_async_checkpointing=async_save,
             cleanup_tmp_directories=True),
-        handler_registry=_registry(ocp.StandardCheckpointHandler))
-    with _read_manager(self.directory) as reader:
+        handler_registry=handler_registry(ocp.StandardCheckpointHandler))
+    with read_manager(self.directory) as reader:
       self._retention.interim.update(
           s for s in self._manager.all_steps() if _is_interim(reader, s))
 
@@ -352,7 +352,7 @@ class Checkpointer:
       return None
     target = _abstract(target_state)
     damaged: list[tuple[int, _Failure]] = []
-    with _read_manager(self.directory, ocp.StandardCheckpointHandler) as reader:
+    with read_manager(self.directory, ocp.StandardCheckpointHandler) as reader:
       for step in steps:
         restored, failure = self._read(reader, step, target)
         failure = _pooled(f"restore/{step}", failure)
@@ -412,177 +412,3 @@ class Checkpointer:
 
   def __exit__(self, *exc_info) -> None:
     self.close()
-
-
-def _restore_params(manager: ocp.CheckpointManager, step: int, item: str = "state") -> PyTree:
-  """The `params` subtree of one saved state (or of an averaged checkpoint), on the host."""
-  tree = manager.item_metadata(step)[item].tree
-  params = tree["params"] if item == "state" else tree
-  target = jax.tree.map(lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype), params)
-  if item == "state":
-    target = {"params": target}
-  restore_args = jax.tree.map(lambda _: ocp.RestoreArgs(restore_type=np.ndarray), target)
-  restored = manager.restore(step, args=ocp.args.Composite(**{
-      item: ocp.args.PyTreeRestore(item=target, restore_args=restore_args,
-                                   partial_restore=item == "state")}))[item]
-  return restored["params"] if item == "state" else restored
-
-
-def _steps(directory: pathlib.Path) -> list[int]:
-  if not directory.is_dir():
-    return []
-  with _read_manager(directory) as manager:
-    return sorted(manager.all_steps())
-
-
-def _unless_damaged(error: Exception, what: str) -> None:
-  """Raises for a failure that is not damage (`classify`): only damage may be passed over."""
-  kind = classify(error)
-  if kind == UNREADABLE:
-    raise CheckpointUnreadableError(
-        f"could not read {what} ({describe(error)}); nothing was skipped. Fix the file "
-        "system or free memory, then run the same command again") from error
-  if kind != DAMAGED:
-    raise error
-
-
-def _newest_loadable(manager, directory: pathlib.Path, steps: Sequence[int]):
-  """Yields (step, params) newest first, warning about and skipping damaged ones."""
-  for step in reversed(steps):
-    try:
-      params = _restore_params(manager, step)
-    except Exception as e:  # pylint: disable=broad-except  (_unless_damaged decides)
-      _unless_damaged(e, f"checkpoint step {step} at {directory / str(step)}")
-      warnings.warn(f"skipping checkpoint step {step} at {directory / str(step)} "
-                    f"({describe(e)})", CheckpointWarning, stacklevel=3)
-      continue
-    yield step, params
-
-
-def average_checkpoints(workdir: str | os.PathLike, last: int = 5) -> PyTree:
-  """The float32 mean of the params of the last `last` checkpoints; also written to `averaged/`.
-
-  Fewer checkpoints than `last`: averages those there are, with a warning. A
-  damaged checkpoint is skipped with a warning (the next older one takes its
-  place); one that cannot be read now raises CheckpointUnreadableError. Raises
-  FileNotFoundError when there is no checkpoint at all.
-  """
-  if last < 1:
-    raise ValueError(f"last={last} must be at least 1")
-  workdir = pathlib.Path(workdir).absolute()
-  directory = workdir / CHECKPOINT_DIR
-  steps = _steps(directory)
-  if not steps:
-    raise FileNotFoundError(f"no checkpoints in {directory}: train into {workdir} first")
-  total, used = None, []
-  with _read_manager(directory) as manager:
-    for step, params in _newest_loadable(manager, directory, steps):
-      # Sums in float64 so that the mean of N float32 values is rounded once.
-      params = jax.tree.map(lambda x: np.asarray(x, np.float64), params)
-      total = params if total is None else jax.tree.map(np.add, total, params)
-      used.append(step)
-      if len(used) == last:
-        break
-  if not used:
-    raise FileNotFoundError(f"none of the checkpoints {steps} in {directory} could be loaded")
-  if len(used) < last:
-    warnings.warn(f"averaging {len(used)} checkpoint(s) (steps {sorted(used)}), fewer than "
-                  f"last={last}", CheckpointWarning, stacklevel=2)
-  used.sort()
-  averaged = jax.tree.map(lambda x: (x / len(used)).astype(np.float32), total)
-  _write_averaged(workdir / AVERAGED_DIR, averaged, used)
-  return averaged
-
-
-def _write_averaged(directory: pathlib.Path, params: PyTree, steps: Sequence[int]) -> None:
-  """Writes a params-only checkpoint named after the newest averaged step."""
-  options = ocp.CheckpointManagerOptions(
-      preservation_policy=checkpoint_managers.LatestN(1), enable_async_checkpointing=False,
-      cleanup_tmp_directories=True)
-  with ocp.CheckpointManager(directory, options=options,
-                             handler_registry=_registry(ocp.StandardCheckpointHandler)) as manager:
-    if steps[-1] in manager.all_steps():
-      manager.delete(steps[-1])
-    manager.save(steps[-1], force=True, args=ocp.args.Composite(
-        params=ocp.args.StandardSave(params),
-        info=ocp.args.JsonSave({"averaged_steps": list(steps),
-                                "source": str(directory.parent / CHECKPOINT_DIR)})))
-
-
-def _load_averaged(directory: pathlib.Path, with_params: bool = True
-                   ) -> tuple[Optional[PyTree], int, dict]:
-  """The params (if asked), step and info of the averaged checkpoint in `directory`."""
-  with _read_manager(directory) as manager:
-    step = manager.latest_step()
-    params = _restore_params(manager, step, item="params") if with_params else None
-    info = manager.restore(step, args=ocp.args.Composite(info=ocp.args.JsonRestore()))["info"]
-  return params, step, info
-
-
-def averaged_steps(workdir: str | os.PathLike) -> list[int]:
-  """The checkpoint steps behind `workdir/averaged` ([] when nothing was averaged)."""
-  directory = pathlib.Path(workdir).absolute() / AVERAGED_DIR
-  if not _steps(directory):
-    return []
-  return list(_load_averaged(directory, with_params=False)[2]["averaged_steps"])
-
-
-def load_params(workdir: str | os.PathLike, averaged: bool = True) -> PyTree:
-  """Host params: the averaged ones if `averaged` and present, else the latest checkpoint's.
-
-  Logs which ones it loaded.
-  """
-  workdir = pathlib.Path(workdir).absolute()
-  directory = workdir / CHECKPOINT_DIR
-  checkpoint_steps = _steps(directory)
-  if averaged and _steps(workdir / AVERAGED_DIR):
-    try:
-      params, step, info = _load_averaged(workdir / AVERAGED_DIR)
-    except Exception as e:  # pylint: disable=broad-except  (_unless_damaged decides)
-      _unless_damaged(e, f"the averaged params in {workdir / AVERAGED_DIR}")
-      warnings.warn(f"cannot load the averaged params in {workdir / AVERAGED_DIR} "
-                    f"({describe(e)}); using the latest checkpoint", CheckpointWarning,
-                    stacklevel=2)
-    else:
-      log.info("Loaded the average of steps %s from %s", info["averaged_steps"],
-               workdir / AVERAGED_DIR / str(step))
-      if checkpoint_steps and checkpoint_steps[-1] > step:
-        warnings.warn(f"{workdir / AVERAGED_DIR} averages up to step {step} but {directory} "
-                      f"has step {checkpoint_steps[-1]}; run t2t-average-checkpoints "
-                      f"--workdir {workdir} to refresh it", CheckpointWarning, stacklevel=2)
-      return params
-  if not checkpoint_steps:
-    raise FileNotFoundError(f"no checkpoints in {directory}: train into {workdir} first")
-  with _read_manager(directory) as manager:
-    for step, params in _newest_loadable(manager, directory, checkpoint_steps):
-      log.info("Loaded the params of step %d from %s%s", step, directory / str(step),
-               " (no averaged checkpoint)" if averaged else "")
-      return params
-  raise FileNotFoundError(f"none of the checkpoints {checkpoint_steps} in {directory} loads")
-
-
-
-def checkpoint_workdir(path: str | os.PathLike) -> Optional[pathlib.Path]:
-  """The work directory of a checkpoint path `W/checkpoints/<step>` or `W/averaged/<step>`
-  (None for any other path)."""
-  path = pathlib.Path(path).absolute()
-  if path.parent.name in (CHECKPOINT_DIR, AVERAGED_DIR) and path.name.isdigit():
-    return path.parent.parent
-  return None
-
-
-def load_checkpoint_params(path: str | os.PathLike) -> PyTree:
-  """Host params of one checkpoint: `W/checkpoints/<step>` or `W/averaged/<step>`."""
-  path = pathlib.Path(path).absolute()
-  if checkpoint_workdir(path) is None:
-    raise ValueError(f"{path} is not a checkpoint: pass WORKDIR/{CHECKPOINT_DIR}/<step> or "
-                     f"WORKDIR/{AVERAGED_DIR}/<step>")
-  steps = _steps(path.parent)
-  if int(path.name) not in steps:
-    raise FileNotFoundError(f"{path} is not a finished checkpoint; {path.parent} has steps "
-                            f"{steps or 'none'}")
-  item = "state" if path.parent.name == CHECKPOINT_DIR else "params"
-  with _read_manager(path.parent) as manager:
-    params = _restore_params(manager, int(path.name), item=item)
-  log.info("Loaded the params of %s", path)
-  return params

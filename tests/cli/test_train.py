@@ -14,7 +14,7 @@ from t2t_jax.cli import train
 from t2t_jax.cli import translate
 from t2t_jax.data import demo
 from t2t_jax.inference import bleu
-from t2t_jax.runtime import checkpoint
+from t2t_jax.runtime import averaging
 from t2t_jax.runtime import workdir as workdir_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -92,8 +92,8 @@ def test_readme_walkthrough_own_files_train_average_translate_score_resume_finet
   assert not (news / "test.hyp").exists()
   first = json.loads((news / "metrics.jsonl").read_text().splitlines()[0])
   assert first["step"] == 2 and first["learning_rate"] < 1e-5   # warmup starts again
-  parent = checkpoint.load_params(mine)
-  after_two_steps = checkpoint.load_params(news, averaged=False)
+  parent = averaging.load_params(mine)
+  after_two_steps = averaging.load_params(news, averaged=False)
   # Two warmup steps move a weight by about 2 learning rates (~3e-6): the start was the parent's.
   for a, b in zip(jax.tree.leaves(parent), jax.tree.leaves(after_two_steps)):
     np.testing.assert_allclose(a, b, atol=1e-4)

@@ -33,6 +33,7 @@ from t2t_jax.inference import long_inputs
 from t2t_jax.inference import streaming
 from t2t_jax.inference import translator as inference
 from t2t_jax.model import transformer as model
+from t2t_jax.runtime import averaging
 from t2t_jax.runtime import checkpoint
 
 import trained  # tests/trained.py (tests/ is on sys.path)
@@ -75,7 +76,7 @@ def saved(tmp_path_factory):
   with checkpoint.Checkpointer(root, cfg, async_save=False) as ckpt:
     for step, params in ((1, first), (2, second)):
       ckpt.maybe_save(step, {"params": params}, force=True)
-  checkpoint.average_checkpoints(root, last=2)
+  averaging.average_checkpoints(root, last=2)
   return root, first, second
 
 

@@ -6,7 +6,7 @@ import agreement
 import trained
 from t2t_jax.decoding import batch
 from t2t_jax.inference import translator as inference
-from t2t_jax.runtime import checkpoint
+from t2t_jax.runtime import averaging
 from t2t_jax.runtime import workdir as workdir_lib
 
 
@@ -15,7 +15,7 @@ def ours(trained_workdir):
   """Config, params, tokenizer, held-out sources and our beam-4 alpha-0 translations."""
   n = agreement.NUM_SENTENCES
   cfg = workdir_lib.load_config(trained_workdir)
-  params = checkpoint.load_params(trained_workdir)
+  params = averaging.load_params(trained_workdir)
   tokenizer = inference.load_tokenizer(trained_workdir)
   sources = trained.held_out_sources(n)
   ids = [tokenizer.encode(s) for s in sources]             # EOS-terminated

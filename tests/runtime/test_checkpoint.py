@@ -18,6 +18,7 @@ import pytest
 
 from t2t_jax import configs
 from t2t_jax.cli import average as checkpoint_cli
+from t2t_jax.runtime import averaging
 from t2t_jax.runtime import checkpoint
 from t2t_jax.train import optim
 from t2t_jax.train.steps import TrainState
@@ -277,31 +278,31 @@ def _np_mean(steps):
 
 def test_average_equals_numpy_mean_and_load_params(tmp_path, caplog):
   _save_steps(tmp_path, [10, 20, 30, 40, 50], cfg=_CFG.replace(average_last=5))
-  averaged = checkpoint.average_checkpoints(tmp_path, last=3)
+  averaged = averaging.average_checkpoints(tmp_path, last=3)
   _assert_trees_equal(averaged, _np_mean([30, 40, 50]))
   # A separate mean differs from any single checkpoint (the test can fail).
   assert not np.array_equal(averaged["embed"], np.asarray(_state(50).params["embed"]))
 
-  caplog.set_level(logging.INFO, logger="t2t_jax.runtime.checkpoint")
-  loaded = checkpoint.load_params(tmp_path)
+  caplog.set_level(logging.INFO, logger="t2t_jax.runtime.averaging")
+  loaded = averaging.load_params(tmp_path)
   _assert_trees_equal(loaded, averaged)
   assert "[30, 40, 50]" in caplog.text
   caplog.clear()
-  latest = checkpoint.load_params(tmp_path, averaged=False)
+  latest = averaging.load_params(tmp_path, averaged=False)
   _assert_trees_equal(latest, jax.device_get(_state(50).params))
   assert "step 50" in caplog.text
 
   with pytest.warns(checkpoint.CheckpointWarning, match="fewer than last=9"):
-    all_five = checkpoint.average_checkpoints(tmp_path, last=9)
+    all_five = averaging.average_checkpoints(tmp_path, last=9)
   _assert_trees_equal(all_five, _np_mean([10, 20, 30, 40, 50]))
-  _assert_trees_equal(checkpoint.load_params(tmp_path), all_five)
+  _assert_trees_equal(averaging.load_params(tmp_path), all_five)
 
 
 def test_average_skips_a_corrupt_checkpoint(tmp_path):
   _save_steps(tmp_path, [1, 2, 3, 4], cfg=_CFG.replace(average_last=4))
   _truncate(tmp_path / "checkpoints" / "3")
   with pytest.warns(checkpoint.CheckpointWarning, match=r"step 3 at .*checkpoints/3"):
-    averaged = checkpoint.average_checkpoints(tmp_path, last=2)
+    averaged = averaging.average_checkpoints(tmp_path, last=2)
   _assert_trees_equal(averaged, _np_mean([2, 4]))
 
 
@@ -310,19 +311,19 @@ def test_average_stops_at_a_checkpoint_it_cannot_read(tmp_path, monkeypatch):
   _Unreadable(monkeypatch, 3, _eio(tmp_path), handler=ocp.PyTreeCheckpointHandler)
   with pytest.raises(checkpoint.CheckpointUnreadableError,
                      match=r"could not read checkpoint step 3 at .*Input/output error"):
-    checkpoint.average_checkpoints(tmp_path, last=2)  # not the average of 2 and 4
+    averaging.average_checkpoints(tmp_path, last=2)  # not the average of 2 and 4
   assert not (tmp_path / "averaged").exists()
 
 
 def test_load_params_falls_back_to_latest_and_warns_when_stale(tmp_path, caplog):
   _save_steps(tmp_path, [1, 2])
-  checkpoint.average_checkpoints(tmp_path, last=2)
+  averaging.average_checkpoints(tmp_path, last=2)
   _save_steps(tmp_path, [3])
   with pytest.warns(checkpoint.CheckpointWarning, match="averages up to step 2"):
-    checkpoint.load_params(tmp_path)
+    averaging.load_params(tmp_path)
   shutil.rmtree(tmp_path / "averaged")
-  with caplog.at_level(logging.INFO, logger="t2t_jax.runtime.checkpoint"):
-    _assert_trees_equal(checkpoint.load_params(tmp_path), jax.device_get(_state(3).params))
+  with caplog.at_level(logging.INFO, logger="t2t_jax.runtime.averaging"):
+    _assert_trees_equal(averaging.load_params(tmp_path), jax.device_get(_state(3).params))
   assert "no averaged checkpoint" in caplog.text
 
 
@@ -332,7 +333,7 @@ def test_console_script(tmp_path, capsys):
   _save_steps(tmp_path, [1, 2, 3])
   checkpoint_cli.main(["--workdir", str(tmp_path), "--last", "2"])
   assert "Averaged steps [2, 3]" in capsys.readouterr().out
-  _assert_trees_equal(checkpoint.load_params(tmp_path), _np_mean([2, 3]))
+  _assert_trees_equal(averaging.load_params(tmp_path), _np_mean([2, 3]))
   (tmp_path / "config.json").write_text('{"average_last": 3}')
   checkpoint_cli.main(["--workdir", str(tmp_path)])
   assert "Averaged steps [1, 2, 3]" in capsys.readouterr().out

@@ -24,6 +24,7 @@ import pytest
 
 import trained
 from t2t_jax.inference import translator as inference
+from t2t_jax.runtime import averaging
 from t2t_jax.runtime import checkpoint
 from t2t_jax.runtime import workdir as workdir_lib
 
@@ -175,8 +176,8 @@ def test_two_processes_train_like_one_survive_kills_and_restore_in_one(tmp_path,
   assert len((workdir / "test.hyp").read_text().splitlines()) == 14
 
   # Another topology: this single process restores the 2-process checkpoints.
-  params = checkpoint.load_params(workdir)  # the average of steps 20 and 24
-  ref_params = checkpoint.load_params(reference)
+  params = averaging.load_params(workdir)  # the average of steps 20 and 24
+  ref_params = averaging.load_params(reference)
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(ref_params)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
   cfg = workdir_lib.load_config(workdir)
