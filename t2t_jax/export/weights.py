@@ -21,7 +21,7 @@ from typing import Any, NamedTuple, Optional
 import numpy as np
 
 from t2t_jax import configs
-from t2t_jax.model import layers
+from t2t_jax.model import attention
 
 
 class Linear(NamedTuple):
@@ -86,7 +86,7 @@ def _f32(x: Any) -> np.ndarray:
 
 def _attention(p: Any) -> Attention:
   """One attention's projections, read through the model's own `MultiHeadAttention.weights`."""
-  w = layers.MultiHeadAttention.weights(p)                 # x @ W, heads major: W [in, out]
+  w = attention.MultiHeadAttention.weights(p)              # x @ W, heads major: W [in, out]
   return Attention(*(Linear(_f32(np.asarray(w[name]).T), None)
                      for name in ("query", "key", "value", "out")))
 

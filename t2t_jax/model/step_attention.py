@@ -1,6 +1,6 @@
 """Attention of one decoder position against the decoding caches, as they are stored.
 
-Pure functions over arrays; `layers.MultiHeadAttention.step_self` and `.step_cross`
+Pure functions over arrays; `attention.MultiHeadAttention.step_self` and `.step_cross`
 project with the module's own weights and call these. They read the caches in
 the layouts the search keeps them in (keys depth-before-positions, self-attention
 rows never reordered, cross-attention keys/values once per sentence; see

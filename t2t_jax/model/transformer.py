@@ -31,6 +31,7 @@ from t2t_jax.configs import TransformerConfig
 from t2t_jax.ids import PAD_ID
 from t2t_jax.model import decode_cache
 from t2t_jax.model import dropout as dropout_lib
+from t2t_jax.model import attention as attention_lib
 from t2t_jax.model import layers
 from t2t_jax.model import logits as logits_lib
 
@@ -70,8 +71,8 @@ def _segments_and_positions(ids: Array, segments: Optional[Array]) -> tuple[Arra
   return segments, layers.segment_positions(segments)
 
 
-def _attention(cfg: ModelConfig) -> layers.MultiHeadAttention:
-  return layers.MultiHeadAttention(
+def _attention(cfg: ModelConfig) -> attention_lib.MultiHeadAttention:
+  return attention_lib.MultiHeadAttention(
       num_heads=cfg.num_heads, d_k=cfg.key_depth, d_v=cfg.value_depth, d_model=cfg.d_model,
       dropout_rate=cfg.attention_dropout_rate, dtype=_dtype(cfg),
       implementation=cfg.attention_impl)
@@ -445,7 +446,7 @@ def attention_weights(params: Any) -> dict[str, list[dict[str, dict[str, Array]]
   """
   def stack(name):
     layers_ = params[name]
-    return [{attention: layers.MultiHeadAttention.weights(sub)
+    return [{attention: attention_lib.MultiHeadAttention.weights(sub)
              for attention, sub in layers_[f"layers_{i}"].items() if "query" in sub}
             for i in range(sum(key.startswith("layers_") for key in layers_))]
   return {"encoder": stack("encoder"), "decoder": stack("decoder")}

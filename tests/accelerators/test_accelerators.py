@@ -19,6 +19,7 @@ import numpy as np
 import pytest
 
 from t2t_jax import configs
+from t2t_jax.model import attention as attention_lib
 from t2t_jax.model import layers
 from t2t_jax.train import memory, parallel
 from t2t_jax.accelerators import aot, kernels, predict, targets
@@ -51,7 +52,7 @@ def test_attention_kernel_follows_the_target_not_this_process():
 
 
 def test_cudnn_that_cannot_be_built_names_the_layer():
-  attention = layers.MultiHeadAttention(num_heads=2, d_k=8, d_v=8, d_model=16,
+  attention = attention_lib.MultiHeadAttention(num_heads=2, d_k=8, d_v=8, d_model=16,
                                         dtype=jnp.bfloat16, implementation="cudnn")
   x = jnp.ones((1, 4, 16))
   mask = layers.Mask(jnp.ones((1, 4), jnp.int32), jnp.ones((1, 4), jnp.int32))

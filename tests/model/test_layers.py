@@ -5,6 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t2t_jax.model import attention as attention_lib
 from t2t_jax.model import layers
 
 # Compiled once per signature: cheaper than op-by-op dispatch on a busy 2-core box.
@@ -134,7 +135,7 @@ def test_masks_match_brute_force():
 def test_multi_head_attention_module_against_numpy():
   rng = np.random.default_rng(2)
   heads, d_k, d_v, d_model = 3, 4, 5, 6
-  mha = layers.MultiHeadAttention(num_heads=heads, d_k=d_k, d_v=d_v, d_model=d_model)
+  mha = attention_lib.MultiHeadAttention(num_heads=heads, d_k=d_k, d_v=d_v, d_model=d_model)
   xq = jnp.asarray(rng.normal(size=(2, 3, d_model)), jnp.float32)
   xkv = jnp.asarray(rng.normal(size=(2, 4, d_model)), jnp.float32)
   bias = layers.mask_to_bias(layers.padding_mask(_ids(rng, 2, 3, [3, 3]), _ids(rng, 2, 4, [4, 2])))
@@ -154,7 +155,7 @@ def test_multi_head_attention_module_against_numpy():
   np.testing.assert_allclose(weights, ref_probs, atol=1e-6)
   # Pre-projected keys/values (the decoding path) give the same output.
   def via_kv(p):
-    kv = mha.apply({"params": p}, xkv, method=layers.MultiHeadAttention.project_kv)
+    kv = mha.apply({"params": p}, xkv, method=attention_lib.MultiHeadAttention.project_kv)
     return mha.apply({"params": p}, xq, bias=bias, kv=kv)
   out_kv = jax.jit(via_kv)(params)
   np.testing.assert_allclose(out_kv, out, atol=1e-6)
@@ -265,7 +266,7 @@ def test_module_uses_the_fused_path_only_where_it_applies():
   x = jnp.asarray(rng.normal(size=(2, 6, 8)), jnp.float32)
   seg = layers.segment_ids(_ids(rng, 2, 6, [6, 4]))
   mask = layers.Mask(seg, seg, causal=True)
-  make = lambda impl, **kw: layers.MultiHeadAttention(num_heads=2, d_k=4, d_v=4, d_model=8,
+  make = lambda impl, **kw: attention_lib.MultiHeadAttention(num_heads=2, d_k=4, d_v=4, d_model=8,
                                                       implementation=impl, **kw)
   params = jax.jit(make("reference").init)(jax.random.key(0), x, bias=mask)["params"]
   apply = lambda impl, **kw: jax.jit(lambda p: make(impl, **kw).apply(
