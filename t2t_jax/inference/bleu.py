@@ -15,27 +15,22 @@
     4. BLEU as multi-bleu.perl defines it: cased, on the tokens as they are
        (sacreBLEU with tokenize="none" and no smoothing).
 
-    python -m t2t_jax.inference.bleu bleu --hyp HYP --ref REF --lang de
-
-prints one JSON object with the three scores and their signatures.
+`bleu_scores` computes the three with their signatures (the command
+`python -m t2t_jax.cli.bleu bleu` prints them for two files: cli/bleu.py);
 `decode_and_score` translates a test set with a model's params and scores it.
 """
 
 from __future__ import annotations
 
 import functools
-import json
 import os
 import re
-import sys
 import time
 from typing import Any, Optional, Sequence
 
 import sacrebleu
 import sacremoses
 
-from t2t_jax.cli import flags as cli
-from t2t_jax.data import textio
 from t2t_jax.inference import translator as inference
 
 # What replace-unicode-punctuation.perl does to quotes, plus get_ende_bleu.sh's „ rule.
@@ -109,21 +104,3 @@ def decode_and_score(cfg, params: Any, tokenizer, sources: Sequence[str], refere
   scores["decode"] = {"sentences": len(hyps), "seconds": round(seconds, 1),
                       "hypotheses": None if out_path is None else str(out_path)}
   return scores
-
-
-@cli.command
-def main(argv: Optional[Sequence[str]] = None) -> None:
-  parser = cli.parser("python -m t2t_jax.inference.bleu", __doc__)
-  commands = parser.add_subparsers(dest="command", required=True)
-  bleu = commands.add_parser("bleu", help="score a hypothesis file against a reference file")
-  bleu.add_argument("--hyp", required=True, help="detokenised hypotheses, one per line")
-  bleu.add_argument("--ref", required=True, help="detokenised references, one per line")
-  bleu.add_argument("--lang", required=True, help="target language, e.g. de or fr")
-  args = parser.parse_args(argv)
-  scores = bleu_scores(textio.read_lines(args.hyp), textio.read_lines(args.ref), args.lang)
-  json.dump(scores, sys.stdout, indent=2, ensure_ascii=False)
-  sys.stdout.write("\n")
-
-
-if __name__ == "__main__":
-  main()

@@ -10,10 +10,10 @@ import numpy as np
 import pytest
 
 from t2t_jax.cli import average
+from t2t_jax.cli import bleu
 from t2t_jax.cli import train
 from t2t_jax.cli import translate
 from t2t_jax.data import demo
-from t2t_jax.inference import bleu
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import workdir as workdir_lib
 
@@ -21,7 +21,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
 MARKER = "<!-- commands run by tests/cli/test_train.py -->"
 PROGRAMS = {"t2t-train": train.main, "t2t-average-checkpoints": average.main,
-            "t2t-translate": translate.main, "python -m t2t_jax.inference.bleu": bleu.main}
+            "t2t-translate": translate.main, "python -m t2t_jax.cli.bleu": bleu.main}
 # Appended to every t2t-train command (the last value of a flag wins): a model
 # small enough to train a few steps in seconds.
 TINY = ["--config.num_layers=1", "--config.d_model=32", "--config.d_ff=64",
@@ -63,7 +63,7 @@ def test_readme_walkthrough_own_files_train_average_translate_score_resume_finet
   write_files(tmp_path)
   commands = readme_commands()
   assert [p for p, _ in commands] == ["t2t-train", "t2t-average-checkpoints", "t2t-translate",
-                                      "python -m t2t_jax.inference.bleu", "t2t-train",
+                                      "python -m t2t_jax.cli.bleu", "t2t-train",
                                       "t2t-train"]
   outputs = []
   for program, argv in commands:

@@ -1,10 +1,7 @@
 """The three BLEU scores: sacreBLEU itself, and the paper's tokenised BLEU from first principles."""
 
 import collections
-import json
 import math
-import subprocess
-import sys
 
 import pytest
 import sacrebleu
@@ -81,19 +78,3 @@ def test_paper_score_is_multi_bleu_of_both_sides_tokenised():
 def test_mismatched_line_counts_raise():
   with pytest.raises(ValueError, match="3 hypothesis lines but 4 reference lines"):
     evaluate.bleu_scores(HYPS[:3], REFS, "de")
-
-
-def test_cli_prints_the_three_scores_as_json(tmp_path):
-  hyp, ref = tmp_path / "hyp.txt", tmp_path / "ref.txt"
-  hyp.write_text("\n".join(HYPS) + "\n", encoding="utf-8")
-  ref.write_text("\n".join(REFS) + "\n", encoding="utf-8")
-  command = [sys.executable, "-m", "t2t_jax.inference.bleu", "bleu", "--hyp", str(hyp),
-             "--ref", str(ref), "--lang", "de"]
-  done = subprocess.run(command, capture_output=True, text=True, check=True)
-  printed = json.loads(done.stdout)
-  assert printed == json.loads(json.dumps(evaluate.bleu_scores(HYPS, REFS, "de")))
-
-  ref.write_text("\n".join(REFS[:2]) + "\n", encoding="utf-8")
-  failed = subprocess.run(command, capture_output=True, text=True)
-  assert failed.returncode != 0
-  assert "4 hypothesis lines but 2 reference lines" in failed.stderr
