@@ -5,11 +5,11 @@
   python experiments/table3.py --rows=base,C1,C4,E --dataset=demo --workdir=runs/table3_demo
   python experiments/table3.py --param_counts
 
-The flags, the protocol, the hardware and the expected results: t2t_jax/recipes/table3.py
-(or `--help`).
+The flags: t2t_jax/cli/table3.py; the protocol, the hardware and the expected results:
+t2t_jax/recipes/table3.py (or `--help` for both).
 """
 
-from t2t_jax.recipes import table3
+from t2t_jax.cli import table3
 
 
 def main(argv=None):

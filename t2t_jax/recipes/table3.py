@@ -1,17 +1,9 @@
 """Table 3 of the paper: variations on the base model, each trained and scored on the dev set.
 
-  python experiments/table3.py --rows=all --workdir=runs/table3
-  python experiments/table3.py --rows=A1,B2,C4 --steps=20000 --workdir=runs/table3
-  python experiments/table3.py --rows=base,C1,C4,E --dataset=demo --workdir=runs/table3_demo
-
-`--rows`: a comma-separated subset of base, A1..A4, B1, B2, C1..C7, D1..D4, E and
-big (Table 3's rows in the paper's order; presets in t2t_jax/configs.py), or
-`all`. `--steps=N` trains every row N steps (default: the preset's, 100K; big
-300K). `--dataset=demo` trains on the generated corpus with the demo preset's
-data and schedule settings (vocabulary, lengths, batch size, warmup, logging)
-and the row's model; any other value is put in `config.dataset` (default: WMT14
-En-De, newstest2013 as the dev set). `--config.<field>=<value>` applies to every
-row, after the row's own settings (a warning says when it replaces one of them).
+The rows are base, A1..A4, B1, B2, C1..C7, D1..D4, E and big (Table 3's rows in
+the paper's order; presets in t2t_jax/configs.py). The command and its flags
+(`--rows`, `--steps`, `--dataset`, `--param_counts`): cli/table3.py, run as
+`python experiments/table3.py`.
 
 Each row trains in `<workdir>/<row>` with the paper's Table 3 protocol: dev
 perplexity per word-piece (unsmoothed) from the final evaluation, dev BLEU with
@@ -23,10 +15,6 @@ and `<workdir>/table3.json` hold the table so far, ours beside the paper's.
 
 Hardware and time (paper): 8 P100 GPUs, 0.4 s/step for base: 100K steps take 12 h
 per row. Expected: the paper's columns of the table (base: PPL 4.92, BLEU 25.8).
-
-`--param_counts` prints our parameter count for every row beside the paper's
-column instead (no training; `--config.vocab_size` sets the vocabulary, 37000
-by default, as section 5.1 says).
 """
 
 from __future__ import annotations
@@ -38,7 +26,6 @@ import pathlib
 from typing import Any, Optional, Sequence
 
 from t2t_jax import configs
-from t2t_jax.cli import flags as cli
 from t2t_jax.data import dataset as data
 from t2t_jax.inference import bleu as evaluate
 from t2t_jax.recipes import paper
@@ -174,6 +161,19 @@ def write_table(results: Sequence[dict[str, Any]], workdir: pathlib.Path, datase
   (workdir / "table3.md").write_text(markdown(results, dataset))
 
 
+def run(cfgs: dict[str, configs.TransformerConfig], workdir: str | os.PathLike
+        ) -> list[dict[str, Any]]:
+  """Runs the rows {row: config} in order in `workdir`, writing the table after each."""
+  workdir = pathlib.Path(workdir)
+  workdir.mkdir(parents=True, exist_ok=True)
+  dataset = next(iter(cfgs.values())).dataset
+  results = []
+  for row, cfg in cfgs.items():
+    results.append(run_row(row, cfg, workdir))
+    write_table(results, workdir, dataset)
+  return results
+
+
 def param_counts(vocab_size: int = 37000) -> str:
   """Our parameter count beside Table 3's column for base, every row and big."""
   lines = [f"{'row':<5} {'ours (M)':>9} {'paper (M)':>10} {'diff':>7}"]
@@ -185,41 +185,3 @@ def param_counts(vocab_size: int = 37000) -> str:
     else:
       lines.append(f"{name:<5} {ours:>9.1f} {theirs:>10.0f} {(ours - theirs) / theirs:>+7.1%}")
   return "\n".join(lines)
-
-
-@cli.command
-def main(argv: Optional[Sequence[str]] = None,
-         prog: str = "python -m t2t_jax.recipes.table3") -> list[dict[str, Any]]:
-  parser = cli.parser(prog, __doc__, fields=True)
-  parser.add_argument("--rows", help=f"comma-separated rows of {', '.join(ROWS)}, or all")
-  parser.add_argument("--steps", type=int, help="training steps of every row "
-                      "(default: the preset's)")
-  parser.add_argument("--workdir", default="runs/table3", help="one subdirectory per row")
-  parser.add_argument("--dataset", help="demo, or a config.dataset value (default: WMT14 En-De)")
-  parser.add_argument("--param_counts", action="store_true",
-                      help="print the parameter counts beside the paper's and stop")
-  args = parser.parse_args(argv)
-  overrides = cli.overrides(args)
-  if args.param_counts:
-    vocab_size = overrides.get("vocab_size", configs.get_config("base").vocab_size)
-    print(f"Parameters at vocab_size={vocab_size} (docs/model.md explains the gaps)")
-    print(param_counts(vocab_size))
-    return []
-  if not args.rows:
-    parser.error(f"give --rows=ROW,ROW,... or --rows=all (rows: {', '.join(ROWS)})")
-  rows = parse_rows(args.rows)
-  cfgs = {row: row_config(row, overrides, args.dataset, args.steps) for row in rows}
-  workdir = pathlib.Path(args.workdir)
-  workdir.mkdir(parents=True, exist_ok=True)
-  dataset = cfgs[rows[0]].dataset
-  results = []
-  for row in rows:
-    results.append(run_row(row, cfgs[row], workdir))
-    write_table(results, workdir, dataset)
-  print(markdown(results, dataset))
-  print(f"written to {workdir / 'table3.md'} and {workdir / 'table3.json'}")
-  return results
-
-
-if __name__ == "__main__":
-  main()
