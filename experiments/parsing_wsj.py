@@ -4,15 +4,15 @@
   python experiments/parsing_wsj.py --train=02-21.mrg --dev=22.mrg --test=23.mrg \\
       --workdir=runs/parsing --config.num_train_steps=50000
 
-The treebank layouts, the pipeline, the outputs and the expected F1:
-t2t_jax/recipes/parsing.py (or `--help`).
+The flags: t2t_jax/cli/parsing.py; the treebank layouts, the pipeline, the outputs and
+the expected F1: t2t_jax/recipes/parsing.py (or `--help` for both).
 """
 
-from t2t_jax.recipes import parsing as parsing_experiment
+from t2t_jax.cli import parsing
 
 
 def main(argv=None):
-  return parsing_experiment.main(argv, prog="experiments/parsing_wsj.py")
+  return parsing.main(argv, prog="experiments/parsing_wsj.py")
 
 
 if __name__ == "__main__":

@@ -1,11 +1,10 @@
 """English constituency parsing as translation (section 6.3, Table 4) on your Penn Treebank.
 
-  python experiments/parsing_wsj.py --treebank_dir=/data/wsj --workdir=runs/parsing
-  python experiments/parsing_wsj.py --train=02-21.mrg --dev=22.mrg --test=23.mrg \\
-      --workdir=runs/parsing --config.num_train_steps=50000
+The command and its flags (`--treebank_dir` or `--train/--dev/--test`,
+`--workdir`): cli/parsing.py, run as `python experiments/parsing_wsj.py`.
 
-The Penn Treebank is licensed, so nothing here ships it. `--treebank_dir` is a
-directory holding either
+The Penn Treebank is licensed, so nothing here ships it. A treebank directory
+holds either
   * files (or directories of files) named train*, dev*, test*, e.g. train.mrg; or
   * the WSJ section directories 00..24 (the `parsed/mrg/wsj` layout of
     LDC99T42): sections 02-21 train, 22 is dev, 23 is test, as in the paper.
@@ -21,22 +20,19 @@ back into a tree over its sentence (malformed brackets repaired) and scored with
 EVALB-style labelled bracketing F1. Writes `<workdir>/test.trees` and
 `<workdir>/parsing_results.json`.
 
-`--config.<field>=<value>` overrides any field of t2t_jax/configs.py.
 Expected (paper, WSJ only): 91.3 F1 on section 23. Hardware: as base, 8 GPUs.
 Trees, linearisation and F1: t2t_jax/recipes/treebank.py; this module is the experiment.
 """
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import pathlib
 import re
-from typing import Any, Optional, Sequence
+from typing import Any, Sequence
 
 from t2t_jax import configs
-from t2t_jax.cli import flags as cli
 from t2t_jax.recipes import experiment
 from t2t_jax.recipes import paper
 from t2t_jax.recipes import treebank as parsing
@@ -118,33 +114,3 @@ def run(cfg: configs.TransformerConfig, workdir: str | os.PathLike,
          "paper_f1_wsj_only": paper.PARSING_F1["wsj_only"], "train": results.get("train")}
   workdir_lib.write_json_atomic(workdir / "parsing_results.json", out)
   return out
-
-
-@cli.command
-def main(argv: Optional[Sequence[str]] = None,
-         prog: str = "python -m t2t_jax.recipes.parsing") -> dict[str, Any]:
-  parser = cli.parser(prog, __doc__, config="parsing", defaults=SCRIPT_DEFAULTS)
-  parser.add_argument("--workdir", default="runs/parsing", help="where the run lives")
-  parser.add_argument("--treebank_dir", help="your Penn Treebank (see above)")
-  for split in SPLITS:
-    parser.add_argument(f"--{split}", help=f"comma-separated {split} tree files "
-                        "(instead of --treebank_dir)")
-  args = parser.parse_args(argv)
-  if args.treebank_dir:
-    files = find_treebank_files(args.treebank_dir)
-  elif all(getattr(args, s) for s in SPLITS):
-    files = {s: getattr(args, s).split(",") for s in SPLITS}
-  else:
-    parser.error("give --treebank_dir=DIR or all of --train=, --dev= and --test= "
-                 "(your own Penn Treebank files: it is licensed and not shipped)")
-  out = run(cli.config(args, SCRIPT_DEFAULTS), args.workdir, files)
-  test = out["test"]
-  print(f"Section-23-style test set: labelled F1 {test['f1']:.2f} (precision "
-        f"{test['precision']:.2f}, recall {test['recall']:.2f}, {test['sentences']} sentences); "
-        f"paper, WSJ only: {paper.PARSING_F1['wsj_only']}")
-  print(json.dumps(test, indent=2))
-  return out
-
-
-if __name__ == "__main__":
-  main()
