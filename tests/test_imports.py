@@ -1,8 +1,9 @@
 """docs/design.md's layers are true: every module is placed, and imports go down only.
 
 The layers block names subpackages (`model`: every module in t2t_jax/model/ and
-its __init__) or single modules (`cli.flags`); a module named on its own is
-placed there rather than with its package.
+its __init__) or single modules (`train.trainer`); a module named on its own is
+placed there rather than with its package. Only the commands (t2t_jax/cli/) import
+`cli`, its parser included.
 """
 
 import ast
@@ -74,6 +75,15 @@ def test_every_module_is_in_a_layer_and_imports_only_downwards():
   upward = [(module, dep) for module, deps in graph.items() for dep in deps
             if _layer_of(dep, entries) < _layer_of(module, entries)]
   assert not upward, f"imports of a higher layer (module, imported): {upward}"
+
+
+def test_only_commands_import_cli():
+  entries, graph = _layer_entries(), _module_imports()
+  assert _layer_of("cli.flags", entries) == entries["cli"], \
+      "docs/design.md's layers place cli.flags below the commands: only they import it"
+  outside = [(module, dep) for module, deps in graph.items() for dep in deps
+             if (dep == "cli" or dep.startswith("cli.")) and module.split(".")[0] != "cli"]
+  assert not outside, f"modules outside t2t_jax/cli that import it (module, imported): {outside}"
 
 
 def test_no_import_cycles():
