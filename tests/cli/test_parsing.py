@@ -7,6 +7,7 @@ import pytest
 
 import treebanks  # tests/ is on sys.path
 from t2t_jax.cli import parsing as parsing_command
+from t2t_jax.recipes import parsing as parsing_recipe
 from t2t_jax.recipes import treebank as parsing
 
 
@@ -36,7 +37,10 @@ def test_parsing_pipeline_end_to_end(tmp_path):
   gold = [treebanks.tree(t) for t in treebanks.TREES[2:5]]
   assert [parsing.words(p) for p in predicted] == [parsing.words(g) for g in gold]
   assert json.loads((workdir / "parsing_results.json").read_text())["test"] == scores
-  assert json.loads((workdir / "config.json").read_text())["beam_size"] == 2
+  written = json.loads((workdir / "config.json").read_text())
+  assert written["beam_size"] == 2   # a flag
+  # the command's own default between the preset (256) and the flags
+  assert written["max_target_length"] == parsing_recipe.SCRIPT_DEFAULTS["max_target_length"]
 
 
 def test_a_missing_treebank_or_no_files_end_in_one_line(tmp_path, capsys):
