@@ -30,7 +30,9 @@ max_len - 1 pieces are translated, with a warning; fail: the command stops
 with an error naming the line. An output has at most
 ceil(max_len_a x source pieces) + max_len_b pieces (source and output with
 EOS; fairseq's --max-len-a/--max-len-b); the defaults, 1 and the config's
-max_decode_extra, give ours: source length + max_decode_extra.
+max_decode_extra, give ours: source length + max_decode_extra. A translation
+has at least --min_len pieces before its EOS (default 1: never empty, as
+fairseq and CTranslate2; 0 allows an empty one, as tensor2tensor).
 Flags may be spelt with dashes or underscores (--beam-size, --beam_size).
 
 Output lines (tab-separated; a tab inside a translation becomes a space):
@@ -107,6 +109,9 @@ def _parser(cfg: Optional[configs.TransformerConfig] = None) -> argparse.Argumen
   cli.add_search_flags(search, cfg)
   search.add_argument("--max_len_a", type=float, metavar="A",
                       help="max output length = A x input length + B (default 1)")
+  search.add_argument("--min_len", type=int, metavar="N",
+                      help="pieces before EOS may end a translation (default 1: never empty; "
+                           "0 allows an empty translation)")
 
   nbest = parser.add_argument_group("n-best lists and alignments")
   nbest.add_argument("--nbest", "--n_best", type=int, metavar="N",
@@ -216,7 +221,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   translations = translator.translate_stream(
       lines, n_best=args.nbest or 1, alignments=alignments, sample=args.sample,
       temperature=args.temperature, top_k=args.top_k, seed=args.seed, window=args.window,
-      max_len_a=args.max_len_a, in_flight=args.in_flight, long_inputs=args.long_inputs,
+      max_len_a=args.max_len_a, min_len=args.min_len, in_flight=args.in_flight, long_inputs=args.long_inputs,
       grouped=interactive)
   with _output(args.output) as out:
     for t in _progress(translations, args):

@@ -51,13 +51,15 @@ class Search:
   the sentence with id i uses the key fold_in(fold_in(key(seed), i), j), so it
   does not depend on the batch it was decoded in. Each output has at most
   ceil(max_len_a x (source length + EOS)) + max_decode_extra tokens
-  (`output_limits`).
+  (`output_limits`) and, unless it reaches that limit first, at least `min_len`
+  before its EOS (`beam_search.MIN_LEN`: no empty translation).
   """
   beam_size: int = 4
   alpha: float = 0.6
   n_best: int = 1
   max_decode_extra: int = 50
   max_len_a: float = 1.0
+  min_len: int = beam_search.MIN_LEN
   sample: bool = False
   temperature: float = 1.0
   top_k: int = 0
@@ -69,10 +71,11 @@ class Search:
     if not self.sample and self.n_best > self.beam_size:
       raise ValueError(f"n_best={self.n_best} must be <= beam_size={self.beam_size}: beam "
                        "search keeps beam_size hypotheses; raise the beam size")
-    if self.beam_size < 1 or self.alpha < 0 or self.max_decode_extra < 0 or self.max_len_a < 0:
+    if (self.beam_size < 1 or self.alpha < 0 or self.max_decode_extra < 0 or self.max_len_a < 0
+        or self.min_len < 0):
       raise ValueError(f"beam_size={self.beam_size} must be >= 1, alpha={self.alpha}, "
-                       f"max_len_a={self.max_len_a} and max_decode_extra="
-                       f"{self.max_decode_extra} >= 0")
+                       f"max_len_a={self.max_len_a}, max_decode_extra="
+                       f"{self.max_decode_extra} and min_len={self.min_len} >= 0")
     if self.sample and (not self.temperature > 0 or self.top_k < 0):
       raise ValueError(f"temperature={self.temperature} must be > 0 and top_k={self.top_k} "
                        ">= 0 (0: the whole vocabulary)")
@@ -185,24 +188,26 @@ def chunk_lengths(max_len: int) -> list[int]:
 
 
 @functools.partial(jax.jit, static_argnames=("models", "beam_size", "alpha", "max_len", "until",
-                                             "n_best", "cached"))
+                                             "n_best", "min_len", "cached"))
 def _start(params: tuple, inputs, max_lens, *, models: tuple, beam_size, alpha, max_len, until,
-           n_best, cached) -> beam_search.BeamState:
+           n_best, min_len, cached) -> beam_search.BeamState:
   """The encoders, then the search's first chunk: positions below `until`."""
   cache, step_fn = _decoder(models, params, inputs, max_len, cached)
   state = beam_search.beam_start(cache, beam_size=beam_size, max_len=max_len, max_lens=max_lens)
-  return beam_search.beam_run(step_fn, state, until=until, alpha=alpha, n_best=n_best)
+  return beam_search.beam_run(step_fn, state, until=until, alpha=alpha, n_best=n_best,
+                              min_len=min_len)
 
 
-@functools.partial(jax.jit, static_argnames=("models", "alpha", "until", "n_best", "cached"))
-def _run(params: tuple, state, *, models: tuple, alpha, until, n_best,
+@functools.partial(jax.jit, static_argnames=("models", "alpha", "until", "n_best", "min_len",
+                                             "cached"))
+def _run(params: tuple, state, *, models: tuple, alpha, until, n_best, min_len,
          cached) -> beam_search.BeamState:
   return beam_search.beam_run(_step_fn(models, params, cached), state, until=until, alpha=alpha,
-                              n_best=n_best)
+                              n_best=n_best, min_len=min_len)
 
 
 def _beam_decode(params: tuple, inputs: Array, max_lens: Array, *, models: tuple,
-                 beam_size: int, alpha: float, max_len: int, n_best: int,
+                 beam_size: int, alpha: float, max_len: int, n_best: int, min_len: int,
                  cached: bool) -> tuple[np.ndarray, np.ndarray]:
   """`beam_search` in chunks of growing cache length (`chunk_lengths`), each a program of its own.
 
@@ -211,7 +216,7 @@ def _beam_decode(params: tuple, inputs: Array, max_lens: Array, *, models: tuple
   `models`: each member's `ModelConfig`, `params` theirs.
   """
   chunks = chunk_lengths(max_len)
-  settings = dict(models=models, alpha=alpha, n_best=n_best, cached=cached)
+  settings = dict(models=models, alpha=alpha, n_best=n_best, min_len=min_len, cached=cached)
   state = _start(params, inputs, max_lens, beam_size=beam_size, max_len=max_len,
                  until=chunks[0], **settings)
   while not np.asarray(state.sentence_done).all():
@@ -220,15 +225,16 @@ def _beam_decode(params: tuple, inputs: Array, max_lens: Array, *, models: tuple
   return np.asarray(state.done_seqs)[:, :n_best], np.asarray(state.done_score)[:, :n_best]
 
 
-@functools.partial(jax.jit, static_argnames=("models", "n", "temperature", "top_k", "max_len"))
+@functools.partial(jax.jit, static_argnames=("models", "n", "temperature", "top_k", "max_len",
+                                             "min_len"))
 def _sample(params: tuple, inputs: Array, max_lens: Array, keys: Array, *, models: tuple,
-            n: int, temperature: float, top_k: int, max_len: int):
+            n: int, temperature: float, top_k: int, max_len: int, min_len: int):
   batch = inputs.shape[0]
   cache, step_fn = ensemble.init_decoder(_members(models, params),
                                          jnp.repeat(inputs, n, axis=0), max_len)
   tokens, scores = sampling.sample(step_fn, cache, keys.reshape(batch * n),
                                    max_len=max_len, max_lens=jnp.repeat(max_lens, n),
-                                   temperature=temperature, top_k=top_k)
+                                   temperature=temperature, top_k=top_k, min_len=min_len)
   tokens, scores = tokens.reshape(batch, n, max_len), scores.reshape(batch, n)
   order = jnp.argsort(-scores, axis=1, stable=True)                   # best first
   return (jnp.take_along_axis(tokens, order[..., None], axis=1),
@@ -261,19 +267,21 @@ def decode_batch(members: Sequence[ensemble.Member], inputs: Any, search: Search
   if not search.sample:
     return _beam_decode(params, jnp.asarray(inputs), jnp.asarray(max_lens), models=models,
                         beam_size=search.beam_size, alpha=float(search.alpha), max_len=max_len,
-                        n_best=search.n_best, cached=cached)
+                        n_best=search.n_best, min_len=search.min_len, cached=cached)
   ids = np.arange(len(inputs)) if ids is None else np.asarray(ids)
   keys = sampling.row_keys(jax.random.key(search.seed), ids)           # [batch]
   keys = jax.vmap(lambda k: sampling.row_keys(k, np.arange(search.n_best)))(keys)
   out = _sample(params, inputs, max_lens, keys, models=models, n=search.n_best,
-                temperature=float(search.temperature), top_k=search.top_k, max_len=max_len)
+                temperature=float(search.temperature), top_k=search.top_k, max_len=max_len,
+                min_len=search.min_len)
   return np.asarray(out[0]), np.asarray(out[1])
 
 
 def translate_batch(cfg: configs.TransformerConfig, params: Any, inputs: Any, *,
                     beam_size: Optional[int] = None, alpha: Optional[float] = None,
                     max_decode_extra: Optional[int] = None, max_len_a: Optional[float] = None,
-                    n_best: int = 1, cached: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                    min_len: Optional[int] = None, n_best: int = 1,
+                    cached: bool = True) -> tuple[np.ndarray, np.ndarray]:
   """One model's beam search over source ids [batch, length] (EOS-terminated, 0-padded).
 
   `decode_batch` with the config's settings (beam 4, alpha 0.6, input length +
@@ -281,7 +289,7 @@ def translate_batch(cfg: configs.TransformerConfig, params: Any, inputs: Any, *,
   """
   search = Search.from_config(cfg, beam_size=beam_size, alpha=alpha,
                               max_decode_extra=max_decode_extra, max_len_a=max_len_a,
-                              n_best=n_best)
+                              min_len=min_len, n_best=n_best)
   return decode_batch([ensemble.Member(cfg, params)], inputs, search, cached=cached)
 
 
@@ -341,7 +349,7 @@ def decode_ids(cfg: configs.TransformerConfig, params: Any, sources: Sequence[Se
   One model's beam search over `by_length` batches of `batch_size` (default
   cfg.decode_batch_size) sentences; batch shapes are rounded up to a few buckets
   (`source_rows`) so that a test set compiles a handful of programs. `search`:
-  beam settings for `Search.from_config` (beam_size, alpha, max_decode_extra).
+  beam settings for `Search.from_config` (beam_size, alpha, max_decode_extra, min_len).
   """
   batch_size = cfg.decode_batch_size if batch_size is None else batch_size
   too_long = [i for i, s in enumerate(sources) if len(s) + 1 > cfg.max_len]

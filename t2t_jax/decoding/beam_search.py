@@ -22,7 +22,10 @@ generated.
 
 Which hypotheses finish: of the `2 * beam_size` best extensions, those ending in
 EOS that rank within the best `beam_size` (as in fairseq); the beam stays
-`beam_size` wide with the best extensions not ending in EOS. With one beam this
+`beam_size` wide with the best extensions not ending in EOS. EOS is not an
+extension before `min_len` tokens (default 1: no empty translation, as fairseq
+and CTranslate2 decode by default; the paper does not say; 0 allows it, as
+tensor2tensor does); its probability stays in the others' normaliser. With one beam this
 is greedy decoding whenever alpha = 0: `greedy_search`, the plain loop that
 beam search of one beam (and top-1 sampling) is tested against.
 """
@@ -43,6 +46,28 @@ Array = jax.Array
 StepFn = Callable[[Any, Array, Array], tuple[next_token.Logits, Any]]
 
 NEG_INF = next_token.NEG_INF
+
+# Tokens before EOS may end a hypothesis: 1 forbids the empty translation, which a
+# search without a length penalty otherwise returns for some long sentences.
+MIN_LEN = 1
+
+
+def _check_min_len(min_len: int) -> None:
+  if min_len < 0:
+    raise ValueError(f"min_len={min_len} must be >= 0 (0 allows an empty translation)")
+
+
+def _forbid_eos(log_probs: Array, tokens: Array, step: Array, min_len: int, eos_id: int) -> Array:
+  """`log_probs` with EOS's entries at NEG_INF while fewer than `min_len` tokens are out.
+
+  `tokens`: the ids `log_probs` belong to (same shape), or None when the last axis
+  is the vocabulary. The others keep their log-probabilities (no renormalisation,
+  as fairseq and transformers' min_length).
+  """
+  if not min_len:
+    return log_probs
+  is_eos = (tokens == eos_id) if tokens is not None else (jnp.arange(log_probs.shape[-1]) == eos_id)
+  return jnp.where(is_eos & (step < min_len), NEG_INF, log_probs)
 
 
 def length_penalty(length: Array, alpha: float) -> Array:
@@ -75,7 +100,8 @@ def _previous_tokens(seqs: Array, step: Array) -> Array:
 
 
 def greedy_search(step_fn: StepFn, cache: Any, *, max_len: int,
-                  max_lens: Optional[Array] = None, eos_id: int = EOS_ID) -> tuple[Array, Array]:
+                  max_lens: Optional[Array] = None, eos_id: int = EOS_ID,
+                  min_len: int = MIN_LEN) -> tuple[Array, Array]:
   """Most probable next token at each step, until EOS or the sentence's maximum length.
 
   The reference that `beam_search` with one beam and alpha 0 is tested against
@@ -88,18 +114,21 @@ def greedy_search(step_fn: StepFn, cache: Any, *, max_len: int,
   batch = _batch_size(cache)
   greedy = lambda log_probs, step: jnp.argmax(log_probs, axis=-1)
   return token_by_token(step_fn, cache, greedy, max_len=max_len,
-                        limits=sentence_limits(max_len, max_lens, batch), eos_id=eos_id)
+                        limits=sentence_limits(max_len, max_lens, batch), eos_id=eos_id,
+                        min_len=min_len)
 
 
 def token_by_token(step_fn: StepFn, cache: Any, choose: Callable[[Array, Array], Array], *,
-                   max_len: int, limits: Array, eos_id: int = EOS_ID) -> tuple[Array, Array]:
+                   max_len: int, limits: Array, eos_id: int = EOS_ID,
+                   min_len: int = MIN_LEN) -> tuple[Array, Array]:
   """One output per row, each token picked by `choose(log_probs [rows, vocab], step)`.
 
   The loop greedy search and sampling share: a row stops at EOS or at its
   limit (`limits` [rows], <= the static `max_len`); the loop ends when every
-  row has. Returns tokens [rows, max_len] (0 after EOS) and the model's summed
+  row has. `choose` never sees EOS before `min_len` tokens. Returns tokens [rows, max_len] (0 after EOS) and the model's summed
   log-probabilities of the chosen tokens [rows] float32.
   """
+  _check_min_len(min_len)
   batch = limits.shape[0]
 
   def cond(state):
@@ -110,7 +139,8 @@ def token_by_token(step_fn: StepFn, cache: Any, choose: Callable[[Array, Array],
     step, seqs, log_prob, done, cache = state
     logits, cache = step_fn(cache, _previous_tokens(seqs, step), step)
     log_probs = next_token.log_probs(logits)                            # [rows, vocab]
-    token = choose(log_probs, step).astype(jnp.int32)                         # [rows]
+    allowed = _forbid_eos(log_probs, None, step, min_len, eos_id)
+    token = choose(allowed, step).astype(jnp.int32)                           # [rows]
     token_log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
     token = jnp.where(done, PAD_ID, token)
     log_prob = log_prob + jnp.where(done, 0.0, token_log_prob)
@@ -166,7 +196,7 @@ def _top_extensions(beam_best: Array, beam_token: Array, s: BeamState,
 
 
 def _beam_step(step_fn: StepFn, s: BeamState, *, alpha: float, eos_id: int, n_best: int,
-               shared: bool, first: bool = False) -> BeamState:
+               min_len: int, shared: bool, first: bool = False) -> BeamState:
   """One position for every beam; `first`: the cache still has one row per sentence.
 
   Before the first step only beam 0 holds a hypothesis (the empty one), so the
@@ -180,6 +210,7 @@ def _beam_step(step_fn: StepFn, s: BeamState, *, alpha: float, eos_id: int, n_be
   # Each beam has one EOS extension, so the best 2k hold at least k that go on.
   beam_best, beam_token = (jnp.broadcast_to(x.reshape(batch, r, -1), (batch, k, x.shape[-1]))
                            for x in next_token.best(logits, 2 * k))    # [batch, k, 2k]
+  beam_best = _forbid_eos(beam_best, beam_token, s.step, min_len, eos_id)
   top_log_prob, top_beam, top_token = _top_extensions(beam_best, beam_token, s, 2 * k)
   top_ok = _gather_beams(s.alive_ok, top_beam) & (top_token != PAD_ID)
   top_seqs = jax.lax.dynamic_update_index_in_dim(
@@ -262,7 +293,8 @@ def _before_first_step(state: BeamState, shared: bool) -> bool:
 
 
 def beam_run(step_fn: StepFn, state: BeamState, *, until: int, alpha: float = 0.6,
-             eos_id: int = EOS_ID, n_best: int = 1, shared: bool = True) -> BeamState:
+             eos_id: int = EOS_ID, n_best: int = 1, min_len: int = MIN_LEN,
+             shared: bool = True) -> BeamState:
   """Steps until position `until` (exclusive) or until every sentence has stopped.
 
   The cache's Positions buffers are resized to `until` first (model/decode_cache.py),
@@ -271,11 +303,12 @@ def beam_run(step_fn: StepFn, state: BeamState, *, until: int, alpha: float = 0.
   step (a shorter buffer would lose keys/values already written).
   """
   _check_settings(alpha, state.alive_seqs.shape[1], n_best)
+  _check_min_len(min_len)
   until = min(until, state.alive_seqs.shape[2])
   if decode_cache.position_length(state.cache) is not None:
     state = state._replace(cache=decode_cache.resize(state.cache, until))
   step = functools.partial(_beam_step, step_fn, alpha=alpha, eos_id=eos_id, n_best=n_best,
-                           shared=shared)
+                           min_len=min_len, shared=shared)
   if _before_first_step(state, shared):
     state = step(state, first=True)
   return jax.lax.while_loop(
@@ -284,7 +317,7 @@ def beam_run(step_fn: StepFn, state: BeamState, *, until: int, alpha: float = 0.
 
 def beam_search(step_fn: StepFn, cache: Any, *, beam_size: int = 4, alpha: float = 0.6,
                 max_len: int, max_lens: Optional[Array] = None, eos_id: int = EOS_ID,
-                n_best: int = 1, chunks: Optional[Sequence[int]] = None,
+                n_best: int = 1, min_len: int = MIN_LEN, chunks: Optional[Sequence[int]] = None,
                 shared: bool = True) -> tuple[Array, Array]:
   """Length-penalised beam search with early stopping per sentence.
 
@@ -295,7 +328,8 @@ def beam_search(step_fn: StepFn, cache: Any, *, beam_size: int = 4, alpha: float
   `max_len` is the static output length; `max_lens` [batch] optional
   per-sentence maxima (<= max_len), e.g. input length + 50. A sentence stops
   once no live hypothesis can beat its `n_best`-th finished one; the loop ends
-  when every sentence has stopped. `chunks`: increasing positions at which the
+  when every sentence has stopped. `min_len`: tokens a hypothesis has before EOS
+  may end it (`MIN_LEN`, no empty output). `chunks`: increasing positions at which the
   Positions buffers grow (default: one chunk of max_len, the buffers as given);
   each chunk is one more copy of the step in the compiled program.
 
@@ -311,5 +345,5 @@ def beam_search(step_fn: StepFn, cache: Any, *, beam_size: int = 4, alpha: float
                      shared=shared)
   for until in [*(c for c in chunks if c < max_len), max_len]:
     state = beam_run(step_fn, state, until=until, alpha=alpha, eos_id=eos_id, n_best=n_best,
-                     shared=shared)
+                     min_len=min_len, shared=shared)
   return state.done_seqs[:, :n_best], state.done_score[:, :n_best]

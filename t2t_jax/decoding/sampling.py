@@ -58,8 +58,8 @@ def _draw(log_probs: Array, keys: Array, temperature: float, top_k: int) -> Arra
 
 def sample(step_fn: beam_search.StepFn, cache: Any, keys: Array, *, max_len: int,
            max_lens: Optional[Array] = None, temperature: float = 1.0, top_k: int = 0,
-           eos_id: int = EOS_ID) -> tuple[Array, Array]:
-  """One sampled output per row.
+           eos_id: int = EOS_ID, min_len: int = beam_search.MIN_LEN) -> tuple[Array, Array]:
+  """One sampled output per row (EOS not drawn before `min_len` tokens).
 
   `keys` [rows] typed PRNG keys, one per row; the cache holds `rows` rows (one
   per sentence, or several samples of a sentence as the step function
@@ -78,4 +78,4 @@ def sample(step_fn: beam_search.StepFn, cache: Any, keys: Array, *, max_len: int
     return _draw(log_probs, step_keys, temperature, top_k)                     # [rows]
 
   return beam_search.token_by_token(step_fn, cache, draw, max_len=max_len, limits=limits,
-                                    eos_id=eos_id)
+                                    eos_id=eos_id, min_len=min_len)

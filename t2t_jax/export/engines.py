@@ -21,6 +21,7 @@ import numpy as np
 
 from t2t_jax import configs
 from t2t_jax.decoding import batch
+from t2t_jax.decoding import beam_search
 from t2t_jax.export import loading
 
 
@@ -51,9 +52,10 @@ def _padded(rows: Sequence[Sequence[int]]) -> np.ndarray:
 
 
 def marian_generate(marian: Any, sources: Sequence[Sequence[int]], limits: Sequence[int], *,
-                    beam_size: int, length_penalty: float, batch_size: int = 64
-                    ) -> list[list[int]]:
-  """`marian.generate` beam search (padding never generated: the export's generation config)."""
+                    beam_size: int, length_penalty: float, batch_size: int = 64,
+                    min_len: int = beam_search.MIN_LEN) -> list[list[int]]:
+  """`marian.generate` beam search (padding never generated: the export's generation config;
+  EOS not before `min_len` tokens, as ours)."""
   torch = loading.require("torch")
   outputs: list[list[int]] = [[] for _ in sources]
   for limit, group in batches(limits, batch_size):
@@ -62,7 +64,7 @@ def marian_generate(marian: Any, sources: Sequence[Sequence[int]], limits: Seque
       # max_length counts the decoder start token.
       tokens = marian.generate(input_ids=inputs, attention_mask=(inputs != 0).long(),
                                num_beams=beam_size, length_penalty=length_penalty,
-                               max_length=limit + 1)
+                               max_length=limit + 1, min_length=min_len + 1)
     for i, row in zip(group, tokens.numpy()):
       outputs[i] = batch.strip_eos(row[1:])
   return outputs
@@ -70,13 +72,15 @@ def marian_generate(marian: Any, sources: Sequence[Sequence[int]], limits: Seque
 
 def ctranslate2_translate(translator: Any, tokens: Sequence[str], sources: Sequence[Sequence[int]],
                           limits: Sequence[int], *, beam_size: int, length_penalty: float = 0.0,
-                          batch_size: int = 64, min_length: bool = False
+                          batch_size: int = 64, min_length: bool = False,
+                          min_len: int = beam_search.MIN_LEN
                           ) -> tuple[list[list[int]], list[float]]:
   """`translator.translate_batch` beam search; scores are CTranslate2's (log P / |Y|^penalty).
 
   `tokens` is the exported vocabulary (`loading.vocabulary`); the sources' pieces
-  go in with their </s>, as MarianTokenizer makes them (export/ctranslate2.py). `min_length=True`
-  forbids EOS before each batch's limit, so that every output has that length
+  go in with their </s>, as MarianTokenizer makes them (export/ctranslate2.py). EOS comes
+  after at least `min_len` tokens, as ours (CTranslate2's min_decoding_length); `min_length=True`
+  forbids it before each batch's limit, so that every output has that length
   (for timing an untrained model).
   """
   ids = {token: i for i, token in enumerate(tokens)}
@@ -86,7 +90,7 @@ def ctranslate2_translate(translator: Any, tokens: Sequence[str], sources: Seque
     pieces = [[tokens[t] for t in sources[i]] for i in group]
     results = translator.translate_batch(
         pieces, beam_size=beam_size, length_penalty=length_penalty, max_decoding_length=limit,
-        min_decoding_length=limit if min_length else 0, return_scores=True,
+        min_decoding_length=limit if min_length else min_len, return_scores=True,
         max_batch_size=batch_size)
     for i, result in zip(group, results):
       outputs[i] = [ids[p] for p in result.hypotheses[0]]

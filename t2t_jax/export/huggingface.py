@@ -34,6 +34,7 @@ import numpy as np
 
 from t2t_jax import configs
 from t2t_jax import ids
+from t2t_jax.decoding import beam_search
 from t2t_jax.export import loading
 from t2t_jax.export import weights as weights_lib
 from t2t_jax.model import transformer as model
@@ -136,12 +137,14 @@ def marian_config(cfg: configs.TransformerConfig) -> dict[str, Any]:
 
 
 def generation_config(cfg: configs.TransformerConfig) -> dict[str, Any]:
-  """Defaults for `generate`: our beam; padding never generated, as in decoding/beam_search.py.
+  """Defaults for `generate`: our beam; padding never generated and EOS not before
+  `beam_search.MIN_LEN` tokens (min_length counts the decoder's start), as ours.
 
   transformers' length penalty divides by |Y|^alpha, ours by ((5 + |Y|) / 6)^alpha:
   `cfg.alpha` is the nearest setting, not the same ranking (docs/export.md).
   """
   return dict(num_beams=cfg.beam_size, length_penalty=cfg.alpha, max_length=cfg.max_len,
+              min_length=beam_search.MIN_LEN + 1,
               bad_words_ids=[[ids.PAD_ID]], pad_token_id=ids.PAD_ID,
               eos_token_id=ids.EOS_ID, decoder_start_token_id=ids.PAD_ID)
 

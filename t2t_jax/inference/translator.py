@@ -138,6 +138,7 @@ class Translator:
                        temperature: float = 1.0, top_k: int = 0, seed: int = 0,
                        beam_size: Optional[int] = None, alpha: Optional[float] = None,
                        max_decode_extra: Optional[int] = None, max_len_a: Optional[float] = None,
+                       min_len: Optional[int] = None,
                        batch_size: Optional[int] = None, window: Optional[int] = None,
                        in_flight: int = in_flight_lib.DEFAULT,
                        long_inputs: str = long_inputs_lib.DEFAULT, grouped: bool = False,
@@ -150,7 +151,8 @@ class Translator:
     True or `streaming.Alignments(layer, head)` adds word alignments. Beam
     settings and `batch_size` default to the config's; an output has at most
     ceil(max_len_a x source) + max_decode_extra tokens (max_len_a default 1;
-    `batch.output_limits`). `window` lines are held at once (default 16
+    `batch.output_limits`) and at least `min_len` before EOS (default 1: never
+    empty). `window` lines are held at once (default 16
     batches), `in_flight` batches of them decoding at once; `grouped`: `lines`
     yields lists of lines, each decoded as soon as it is read
     (`textio.iter_arrived`). `long_inputs`: "split" (default), "crop" or "fail"
@@ -158,7 +160,7 @@ class Translator:
     """
     search = batch.Search.from_config(
         self.cfg, beam_size=beam_size, alpha=alpha, max_decode_extra=max_decode_extra,
-        max_len_a=max_len_a, n_best=n_best, sample=sample, temperature=temperature,
+        max_len_a=max_len_a, min_len=min_len, n_best=n_best, sample=sample, temperature=temperature,
         top_k=top_k, seed=seed)
     if alignments is True:
       alignments = streaming.Alignments()

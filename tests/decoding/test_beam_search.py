@@ -85,13 +85,14 @@ def penalised(log_prob, length, alpha):
   return log_prob / ((5.0 + length) / 6.0) ** alpha
 
 
-def exhaustive_best(table_row, max_len, alpha, vocab):
-  """Best length-penalised hypothesis over every sequence ending in EOS or at max_len."""
+def exhaustive_best(table_row, max_len, alpha, vocab, min_len):
+  """Best length-penalised hypothesis over every sequence ending in EOS or at max_len,
+  EOS after at least `min_len` tokens."""
   best = (-np.inf, None)
   for length in range(1, max_len + 1):
     for seq in itertools.product(range(2, vocab), repeat=length - 1):
       for last in range(1, vocab):
-        if last != EOS_ID and length < max_len:
+        if (last != EOS_ID and length < max_len) or (last == EOS_ID and length - 1 < min_len):
           continue
         full = [*seq, last]
         log_prob = sum(toy_log_probs(table_row, full[:i])[t] for i, t in enumerate(full))
@@ -106,8 +107,8 @@ def rescore(table_row, tokens, alpha):
   return penalised(log_prob, len(full), alpha)
 
 
-@pytest.mark.parametrize("alpha", [0.6, 1.5])
-def test_wide_beam_finds_the_exhaustive_best(alpha):
+@pytest.mark.parametrize("alpha,min_len", [(0.6, 0), (1.5, 1), (0.0, 1), (0.0, 2)])
+def test_wide_beam_finds_the_exhaustive_best(alpha, min_len):
   vocab, max_len, batch = 5, 4, 4
   cache = toy_cache(seed=int(alpha * 10), batch=batch, vocab=vocab)
   max_lens = np.array([4, 2, 3, 1])
@@ -115,12 +116,12 @@ def test_wide_beam_finds_the_exhaustive_best(alpha):
   # beams keep every hypothesis and the search is exact.
   tokens, scores = jax.jit(functools.partial(
       beam_search.beam_search, toy_step, beam_size=40, alpha=alpha, max_len=max_len,
-      n_best=3))(cache, max_lens=max_lens)
+      n_best=3, min_len=min_len))(cache, max_lens=max_lens)
   tokens, scores = np.asarray(tokens), np.asarray(scores)
   check_well_formed(tokens, max_lens)
   table = np.asarray(cache["table"])
   for b in range(batch):
-    best_score, best = exhaustive_best(table[b], max_lens[b], alpha, vocab)
+    best_score, best = exhaustive_best(table[b], max_lens[b], alpha, vocab, min_len)
     got = strip_eos(tokens[b, 0])
     assert got == [t for t in best if t != EOS_ID], (b, tokens[b, 0], best)
     np.testing.assert_allclose(scores[b, 0], best_score, rtol=1e-5)
@@ -162,7 +163,7 @@ def test_finished_hypotheses_never_extend():
 
   cache = {"logits": jnp.tile(jnp.array([0, 2.0, 0, 0, 1.0, 0.5]), (batch, 1))}
   tokens, scores = beam_search.beam_search(eos_then_free_words, cache, beam_size=4, alpha=2.0,
-                                      max_len=max_len, n_best=4)
+                                      max_len=max_len, n_best=4, min_len=0)
   check_well_formed(tokens, np.full(batch, max_len))
   assert np.any(np.asarray(tokens)[:, :, 0] == EOS_ID)  # the trap was reachable
   assert np.all(np.isfinite(scores)) and np.all(scores > beam_search.NEG_INF / 2)
@@ -176,12 +177,17 @@ def test_sentences_stop_early_and_respect_their_own_maximum():
     return jnp.tile(jnp.array([0, 30.0, 0, 0]), (tokens.shape[0], 1)), cache
 
   cache = {"dummy": jnp.zeros((2, 1))}
-  tokens, _ = jax.jit(functools.partial(beam_search.beam_search, almost_always_eos, beam_size=4,
-                                        max_len=30))(cache)
-  jax.block_until_ready(tokens)
-  jax.effects_barrier()
-  assert calls == [0]  # "EOS" finished at step 0 and nothing alive can beat it
-  np.testing.assert_array_equal(np.asarray(tokens)[:, 0, 0], EOS_ID)
+  for min_len in (0, 1, 3):
+    calls.clear()
+    tokens, _ = jax.jit(functools.partial(beam_search.beam_search, almost_always_eos,
+                                          beam_size=4, alpha=0.0, max_len=30,
+                                          min_len=min_len))(cache)
+    jax.block_until_ready(tokens)
+    jax.effects_barrier()
+    # EOS finished right after min_len tokens and nothing alive can beat it.
+    assert calls == list(range(min_len + 1)), min_len
+    np.testing.assert_array_equal(np.asarray(tokens)[:, 0, min_len], EOS_ID)
+    assert np.all(np.asarray(tokens)[:, 0, :min_len] > EOS_ID)
 
   def never_eos(cache, tokens, position):
     return jnp.tile(jnp.array([0, -30.0, 1.0, 0]), (tokens.shape[0], 1)), cache

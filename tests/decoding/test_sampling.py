@@ -30,10 +30,12 @@ def position_step(cache, tokens, position):
   return jax.lax.dynamic_index_in_dim(cache["table"], position, axis=1, keepdims=False), cache
 
 
-@functools.partial(jax.jit, static_argnames=("step_fn", "max_len", "temperature", "top_k"))
-def jit_sample(step_fn, cache, keys, max_lens, *, max_len, temperature=1.0, top_k=0):
+@functools.partial(jax.jit, static_argnames=("step_fn", "max_len", "temperature", "top_k",
+                                             "min_len"))
+def jit_sample(step_fn, cache, keys, max_lens, *, max_len, temperature=1.0, top_k=0,
+               min_len=beam_search.MIN_LEN):
   return sampling.sample(step_fn, cache, keys, max_len=max_len, max_lens=max_lens,
-                         temperature=temperature, top_k=top_k)
+                         temperature=temperature, top_k=top_k, min_len=min_len)
 
 
 def keys_for(seed, batch):
@@ -114,11 +116,13 @@ def test_temperature_shapes_the_distribution():
   rows, vocab = 4000, 5
   logits = np.array([0.0, -1.0, 1.0, 0.0, 0.5], np.float32)   # EOS (1) ends after one token
   cache = {"table": jnp.tile(jnp.asarray(logits), (rows, 1, 1))}
-  for temperature in (0.5, 2.0):
+  for temperature, min_len in ((0.5, 0), (2.0, 0), (2.0, 1)):
     tokens, _ = jit_sample(position_step, cache, keys_for(0, rows), np.ones(rows, np.int32),
-                           max_len=1, temperature=temperature)
+                           max_len=1, temperature=temperature, min_len=min_len)
     counts = np.bincount(np.asarray(tokens)[:, 0], minlength=vocab) / rows
-    scaled = np.where(np.arange(vocab) == PAD_ID, -np.inf, logits / temperature)
+    # Padding is never drawn, nor EOS before min_len tokens.
+    banned = (np.arange(vocab) == PAD_ID) | ((np.arange(vocab) == EOS_ID) & (min_len > 0))
+    scaled = np.where(banned, -np.inf, logits / temperature)
     expected = np.exp(scaled - scaled.max())
     np.testing.assert_allclose(counts, expected / expected.sum(), atol=0.03)
 

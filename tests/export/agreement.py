@@ -30,16 +30,20 @@ def forward(cfg, params, inputs, targets):
   return model.Transformer(cfg).apply({"params": params}, inputs, targets)
 
 
-def log_probs(cfg, params, sources, outputs, without_padding=False):
+def log_probs(cfg, params, sources, outputs, without_padding=False, eos_from=0):
   """Our model's log P(output + EOS | source) per row, normalised as in beam search.
 
   `without_padding`: each step's distribution with <pad> taken out (renormalised),
-  as the CTranslate2 export computes it.
+  as the CTranslate2 export computes it; `eos_from`: EOS taken out of the
+  distributions before that position too, as CTranslate2's min_decoding_length
+  does (ours leaves it in the normaliser).
   """
   inputs, targets = padded(sources), padded([o + [EOS_ID] for o in outputs])
   logits = forward(cfg, params, inputs, targets)
   if without_padding:
     logits = logits.at[..., PAD_ID].set(-jnp.inf)
+  early = jnp.arange(logits.shape[1])[:, None] < eos_from
+  logits = jnp.where(early & (jnp.arange(logits.shape[2]) == EOS_ID), -jnp.inf, logits)
   log_p = jax.nn.log_softmax(logits, axis=-1)                         # [batch, length, vocab]
   gold = jnp.take_along_axis(log_p, targets[..., None], axis=-1)[..., 0]
   return np.asarray(jnp.sum(jnp.where(targets != 0, gold, 0.0), axis=1))

@@ -15,6 +15,7 @@ import pytest
 import agreement
 import trained
 from t2t_jax.decoding import batch
+from t2t_jax.decoding import beam_search
 from t2t_jax.export import ctranslate2 as ct2_export
 from t2t_jax.export import engines
 from t2t_jax.export import loading
@@ -34,9 +35,11 @@ def test_ctranslate2_float32_finds_our_translations_and_scores(extras, ours, tra
   agreement.assert_same_or_tied(ours, theirs, "ctranslate2")
   assert not any(0 in output for output in theirs)   # <pad> is never generated
   # Its scores (log P, EOS included, without a length penalty) are our model's,
-  # each step's distribution without <pad> (the export's padding bias).
+  # each step's distribution without <pad> (the export's padding bias), the first
+  # also without EOS (min_decoding_length 1, our min_len).
   np.testing.assert_allclose(scores, agreement.log_probs(cfg, params, ids, theirs,
-                                                         without_padding=True),
+                                                         without_padding=True,
+                                                         eos_from=beam_search.MIN_LEN),
                              atol=1e-3, rtol=0)
   with pytest.raises(RuntimeError, match="already exists"):
     ct2_export.export_ctranslate2(trained_workdir, out)
