@@ -18,6 +18,11 @@ Prints:
   3. how many translations CTranslate2 float32 shares with ours when called as
      its documentation calls a Marian model (the exported MarianTokenizer's
      pieces with their </s>, `translate_batch`), greedy and beam 4, alpha 0.
+
+    python benchmarks/export_agreement.py --workdir runs/demo --random base [--sentences 64]
+
+prints only 3., for a model of that preset with random parameters (seed 7) and
+the work directory's vocabulary, each output bounded as ours.
 """
 
 from __future__ import annotations
@@ -28,11 +33,13 @@ import pathlib
 import sys
 import tempfile
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
+from t2t_jax import configs  # noqa: E402
 from t2t_jax.decoding import batch  # noqa: E402
 from t2t_jax.export import ctranslate2 as ct2_export  # noqa: E402
 from t2t_jax.export import engines  # noqa: E402
@@ -89,6 +96,8 @@ def main() -> None:
   parser.add_argument("--references", help="default: WORKDIR/data/demo/test.de")
   parser.add_argument("--sentences", type=int, default=200)
   parser.add_argument("--beam_size", type=int, default=4)
+  parser.add_argument("--random", metavar="PRESET",
+                      help="only the documented recipe, on random parameters of this preset")
   args = parser.parse_args()
   workdir = pathlib.Path(args.workdir)
   source = pathlib.Path(args.source or workdir / "data" / "demo" / "test.en")
@@ -98,6 +107,9 @@ def main() -> None:
       if references.is_file() else None
 
   ctranslate2 = loading.require("ctranslate2")
+  if args.random:
+    _random_recipe(ctranslate2, args.random, workdir, lines)
+    return
   loading.require("torch").set_num_threads(os.cpu_count() or 1)
   cfg, params, spm_path = loading.load_workdir(workdir)
   tokenizer = inference.load_tokenizer(workdir)
@@ -135,11 +147,24 @@ def main() -> None:
     _recipe_agreement(ctranslate2, pathlib.Path(tmp) / "ct2", cfg, params, lines, ids)
 
 
+def _random_recipe(ctranslate2, preset, workdir, lines) -> None:
+  """3. for random parameters of `preset`; ids past the work directory's pieces are placeholders."""
+  cfg = configs.get_config(preset)
+  params = jax.device_get(model.init_params(cfg, jax.random.key(7)))
+  tokenizer = inference.load_tokenizer(workdir)
+  ids = [tokenizer.encode(line)[:-1][:cfg.max_len - 1] + [EOS_ID] for line in lines]
+  print(f"random {preset} parameters (seed 7): {len(ids)} sentences")
+  with tempfile.TemporaryDirectory() as tmp:
+    out = ct2_export.write_ctranslate2(cfg, params, tokenizer.model_path, pathlib.Path(tmp) / "ct2")
+    _recipe_agreement(ctranslate2, out, cfg, params, lines, ids)
+
+
 def _recipe_agreement(ctranslate2, directory, cfg, params, lines, ids) -> None:
   """3. CTranslate2 float32 called as its documentation calls a Marian model, greedy and beam 4.
 
   The MarianTokenizer written beside the model makes the pieces, `</s>` included;
-  `translate_batch` keeps its defaults but for the beam and no length penalty.
+  `translate_batch` keeps its defaults but for the beam, no length penalty and
+  our output limits (random parameters run every output to its limit).
   """
   tokenizer = loading.require("transformers").MarianTokenizer.from_pretrained(directory)
   translator = ctranslate2.Translator(str(directory), device="cpu", compute_type="float32")
@@ -147,10 +172,15 @@ def _recipe_agreement(ctranslate2, directory, cfg, params, lines, ids) -> None:
   agree = sum(tokenizer.convert_tokens_to_ids(s) == i for s, i in zip(sources, ids))
   print(f"CTranslate2 float32 called as documented (MarianTokenizer pieces with </s>; "
         f"{agree}/{len(ids)} sources tokenised as ours), translations identical to ours:")
+  limits = engines.output_limits(cfg, ids)
   for beam_size in (1, 4):
     ours = batch.decode_ids(cfg, params, [i[:-1] for i in ids], beam_size=beam_size, alpha=0.0)
-    results = translator.translate_batch(sources, beam_size=beam_size, length_penalty=0.0)
-    theirs = [tokenizer.convert_tokens_to_ids(r.hypotheses[0]) for r in results]
+    theirs = [None] * len(ids)
+    for limit, group in engines.batches(limits, 64):
+      results = translator.translate_batch([sources[i] for i in group], beam_size=beam_size,
+                                           length_penalty=0.0, max_decoding_length=limit)
+      for i, r in zip(group, results):
+        theirs[i] = tokenizer.convert_tokens_to_ids(r.hypotheses[0])
     same = sum(a == b for a, b in zip(ours, theirs))
     print(f"  {'greedy' if beam_size == 1 else f'beam {beam_size}':8} {same:5d} / {len(ids)}")
 
