@@ -61,6 +61,9 @@ class _Parser(argparse.ArgumentParser):
 
   preset: Optional[str] = None              # the default --config
   preset_defaults: dict[str, Any] = {}      # the script's defaults on top of the preset
+  # The preset and defaults a script runs for a --config name (the WMT14 En-Fr
+  # script runs big_enfr for --config=big), so that --help shows those values.
+  resolve: Optional[Callable[[str], tuple[str, dict[str, Any]]]] = None
 
   def error(self, message: str) -> typing.NoReturn:
     self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
@@ -97,7 +100,10 @@ class _Parser(argparse.ArgumentParser):
 
   def format_help(self) -> str:
     shown = getattr(self, "_shown", None) or self.preset
-    values = configs.get_config(shown, **self.preset_defaults) if shown else None
+    extra: dict[str, Any] = {}
+    if shown and self.resolve:
+      shown, extra = self.resolve(shown)
+    values = configs.get_config(shown, **{**extra, **self.preset_defaults}) if shown else None
     for action in self._actions:
       if action.dest.startswith(_PREFIX):
         name = action.dest[len(_PREFIX):]
@@ -175,18 +181,21 @@ def _preset(name: str) -> str:
 
 def parser(prog: str, description: Optional[str], config: Optional[str] = None,
            fields: Optional[bool] = None,
-           defaults: Optional[dict[str, Any]] = None) -> argparse.ArgumentParser:
+           defaults: Optional[dict[str, Any]] = None,
+           resolve: Optional[Callable[[str], tuple[str, dict[str, Any]]]] = None
+           ) -> argparse.ArgumentParser:
   """A parser for one script, to which it adds its own flags.
 
   `config` (a preset name) adds `--config=<preset>` with that default; `fields`
   (default: when `config` is given) adds `--config.<field>=<value>` for every
   field; `defaults` are the script's own values between the preset and the
-  command line (for --help; `config(args, defaults)` applies them). Every parser
+  command line (for --help; `config(args, defaults)` applies them); `resolve`
+  maps a --config name to the preset and defaults the script runs for it. Every parser
   has --version, --log_level and --quiet.
   """
   p = _Parser(prog=prog, description=description, allow_abbrev=False,
               formatter_class=_Formatter)
-  p.preset, p.preset_defaults = config, dict(defaults or {})
+  p.preset, p.preset_defaults, p.resolve = config, dict(defaults or {}), resolve
   p.add_argument("--version", action="version", version=f"%(prog)s {t2t_jax.__version__}")
   p.add_argument("--log_level", choices=LOG_LEVELS, default=None,
                  help="the least important log lines shown on stderr (default: info)")

@@ -57,8 +57,9 @@ def _resumable() -> str:
           + ". E.g. --config.num_train_steps=200000 trains a finished 100k-step run longer.", 79)
 
 
-def _parser(prog: str, doc: Optional[str]) -> argparse.ArgumentParser:
-  parser = cli.parser(prog, doc, config="demo")
+def _parser(prog: str, doc: Optional[str], pair: str) -> argparse.ArgumentParser:
+  parser = cli.parser(prog, doc, config="demo",
+                      resolve=lambda name: experiment.pair_preset(name, pair))
   parser.epilog = _resumable()
   parser.add_argument("--workdir", help="where the run lives (default: runs/<preset>); "
                       "the same command on the same workdir resumes")
@@ -95,7 +96,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "t2t-train", pair: st
          doc: Optional[str] = __doc__) -> dict[str, Any]:
   """`pair` ("ende", "enfr") is the WMT14 scripts' language pair (experiment.pair_preset)."""
   argv = list(sys.argv[1:] if argv is None else argv)
-  parser = _parser(prog, doc)
+  parser = _parser(prog, doc, pair)
   args = parser.parse_args(argv)
   preset, defaults = experiment.pair_preset(args.config, pair)
   if args.describe:

@@ -135,3 +135,12 @@ def test_help_lists_what_may_change_on_resume(capsys):
   section = README.split("## Train on your own data", 1)[1].split("Fine-tuning", 1)[0]
   listed = set(re.findall(r"`(\w+)`", section.split("when it\nresumes", 1)[1]))
   assert listed == set(workdir_lib.RESUMABLE_FIELDS)
+
+
+def test_help_shows_the_values_of_the_preset_the_script_runs(capsys):
+  """The En-Fr script runs big_enfr for --config=big: its --help shows big_enfr's values."""
+  for pair, shown in (("enfr", "[big_enfr: 0.1]"), ("ende", "[big: 0.3]")):
+    with pytest.raises(SystemExit):
+      train.main(["--config=big", "--help"], pair=pair)
+    text = " ".join(capsys.readouterr().out.split())
+    assert f"accepts a number in [0, 1) {shown}" in text, pair    # dropout_rate
