@@ -225,6 +225,36 @@ def _beam_decode(params: tuple, inputs: Array, max_lens: Array, *, models: tuple
   return np.asarray(state.done_seqs)[:, :n_best], np.asarray(state.done_score)[:, :n_best]
 
 
+def compile_beam_programs(members: Sequence[ensemble.Member], rows: int, width: int,
+                          search: Search) -> int:
+  """Compiles (or reads from the compilation cache) every program that beam search over a
+  batch [rows, width] with `search` may run, decoding almost nothing; returns how many.
+
+  The rows are filler (all padding), which stop after their first token, and
+  each later chunk's program (`chunk_lengths`) is then called on that stopped
+  state, so it compiles but steps no further. The programs are the ones
+  `decode_batch` calls for any batch of that shape: the output length and chunks
+  depend only on the width (`output_limits`), never on the ids.
+  """
+  if search.sample:
+    raise ValueError("compile_beam_programs compiles beam search; sampling has one program, "
+                     "compiled by its first batch")
+  members = tuple(members)
+  ensemble.check_compatible(members)
+  inputs, max_len, max_lens = _limits(np.full((rows, width), PAD_ID, np.int32), search,
+                                      max_positions(members))
+  settings = dict(models=tuple(m.cfg.model for m in members), alpha=float(search.alpha),
+                  n_best=search.n_best, min_len=search.min_len, cached=True)
+  params = tuple(m.params for m in members)
+  chunks = chunk_lengths(max_len)
+  state = _start(params, jnp.asarray(inputs), jnp.asarray(max_lens), beam_size=search.beam_size,
+                 max_len=max_len, until=chunks[0], **settings)
+  for until in chunks[1:]:
+    state = _run(params, state, until=until, **settings)
+  jax.block_until_ready(state)
+  return len(chunks)
+
+
 @functools.partial(jax.jit, static_argnames=("models", "n", "temperature", "top_k", "max_len",
                                              "min_len"))
 def _sample(params: tuple, inputs: Array, max_lens: Array, keys: Array, *, models: tuple,

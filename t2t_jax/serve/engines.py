@@ -2,7 +2,7 @@
 
     engine = JaxEngine(inference.Translator("runs/demo"), batch_size=16)
     engine = CTranslate2Engine.from_workdir("runs/demo", batch_size=16)   # exports on first use
-    engine.warm_up(max_pieces=30)                      # compiles the batch shapes (JAX)
+    engine.warm_up(30, Settings(beam_size=4))         # compiles the batch shapes (JAX)
     engine.translate(["a line", ...], Settings(beam_size=4, n_best=2))   # [streaming.Translation]
 
 Both take text lines and give one `streaming.Translation` per line, in order,
@@ -95,19 +95,16 @@ class JaxEngine:
     return [(r, w) for w in widths for r in rows]
 
   def warm_up(self, max_pieces: int, settings: Settings) -> int:
-    """Compiles (or reads from the compilation cache) every batch shape of lines up to
-    `max_pieces` pieces with `settings`; returns how many shapes.
+    """Compiles (or reads from the compilation cache) every program that batches of lines up
+    to `max_pieces` pieces with `settings` decode with; returns how many programs.
 
-    Each shape runs the search's first chunk of steps (`batch.chunk_lengths`);
-    outputs longer than that chunk compile the next one on first use.
+    Every batch shape and every chunk of the search (`batch.chunk_lengths`), so
+    that no request pays a compilation; each program runs for a step at most
+    (`batch.compile_beam_programs`).
     """
     search = _search(self, settings)
-    shapes = self.shapes(max_pieces)
-    for rows, width in shapes:
-      inputs = np.full((rows, width), 5, np.int32)   # any piece ids: the shape is what compiles
-      inputs[:, -1] = EOS_ID
-      batch.decode_batch(self.translator.members, inputs, search)
-    return len(shapes)
+    return sum(batch.compile_beam_programs(self.translator.members, rows, width, search)
+               for rows, width in self.shapes(max_pieces))
 
 
 def _export_is_current(workdir: pathlib.Path, model_bin: pathlib.Path) -> bool:
