@@ -44,6 +44,8 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument("--engine", choices=("jax", "ctranslate2"), default="jax",
                       help="what decodes (default jax; ctranslate2: the work directory's export)")
   cli.add_search_flags(parser)   # --beam_size: a request's default
+  parser.add_argument("--max_len_a", type=float, default=1.0, metavar="A",
+                      help="max output length = A x input length + B (default 1), both engines")
   parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
   parser.add_argument("--port", type=int, default=8000, help="port (0: any free one)")
   parser.add_argument("--max_batch", type=int,
@@ -70,12 +72,13 @@ def _parser() -> argparse.ArgumentParser:
 def _engine(args: argparse.Namespace, translator: inference.Translator, max_batch: int):
   from t2t_jax.serve import engines  # pylint: disable=import-outside-toplevel  (the serve extra)
   if args.engine == "jax":
-    return engines.JaxEngine(translator, max_batch)
+    return engines.JaxEngine(translator, max_batch, max_len_a=args.max_len_a)
   if args.checkpoint is not None:
     raise ValueError("--engine ctranslate2 exports the work directory's parameters; "
                      "--checkpoint is for --engine jax")
   return engines.CTranslate2Engine.from_workdir(args.workdir, translator, max_batch,
-                                                threads=args.threads, average=args.average)
+                                                threads=args.threads, average=args.average,
+                                                max_len_a=args.max_len_a)
 
 
 @cli.command

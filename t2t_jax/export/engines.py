@@ -26,13 +26,16 @@ from t2t_jax.export import loading
 
 
 def output_limits(cfg: configs.TransformerConfig, sources: Sequence[Sequence[int]],
-                  max_decode_extra: Optional[int] = None) -> list[int]:
-  """Each sentence's maximum output length, EOS included: `batch.output_limits`, our one rule."""
+                  max_decode_extra: Optional[int] = None, max_len_a: float = 1.0) -> list[int]:
+  """Each sentence's maximum output length, EOS included: `batch.output_limits`, our one rule.
+
+  `sources` with their EOS; the limit is ceil(max_len_a x length) + max_decode_extra.
+  """
   extra = cfg.max_decode_extra if max_decode_extra is None else max_decode_extra
   lengths = [len(source) for source in sources]
   # Only which positions hold ids matters to the rule, not the ids themselves.
   rows = (np.arange(max(lengths, default=1))[None, :] < np.array(lengths)[:, None]).astype(np.int32)
-  return batch.output_limits(rows, extra, 1.0, cfg.max_len)[1].tolist()
+  return batch.output_limits(rows, extra, max_len_a, cfg.max_len)[1].tolist()
 
 
 def batches(limits: Sequence[int], batch_size: int) -> Iterator[tuple[int, list[int]]]:

@@ -54,7 +54,7 @@ class Settings:
 def _search(engine: "JaxEngine | CTranslate2Engine", settings: Settings) -> batch.Search:
   # The checks of the command line (n_best <= beam_size, ...), with their messages.
   return batch.Search.from_config(engine.cfg, beam_size=settings.beam_size,
-                                  n_best=settings.n_best)
+                                  n_best=settings.n_best, max_len_a=engine.max_len_a)
 
 
 def _count_pieces(engine: "Engine", text: str) -> int:
@@ -67,9 +67,11 @@ class JaxEngine:
 
   name = "jax"
 
-  def __init__(self, translator: inference.Translator, batch_size: int):
+  def __init__(self, translator: inference.Translator, batch_size: int, max_len_a: float = 1.0):
+    """`max_len_a`: outputs have at most ceil(max_len_a x (source + EOS)) + max_decode_extra
+    tokens (`batch.output_limits`), as with t2t-translate's --max_len_a."""
     self.translator, self.cfg, self.tokenizer = translator, translator.cfg, translator.tokenizer
-    self.batch_size = batch_size
+    self.batch_size, self.max_len_a = batch_size, max_len_a
 
   def check(self, settings: Settings) -> None:
     """ValueError naming the setting the model cannot decode with."""
@@ -82,8 +84,8 @@ class JaxEngine:
     # workers keep two batches in flight, as `in_flight` does for t2t-translate.
     return list(self.translator.translate_stream(
         lines, n_best=settings.n_best, alignments=settings.alignments,
-        beam_size=settings.beam_size, batch_size=self.batch_size, window=max(len(lines), 1),
-        in_flight=1))
+        beam_size=settings.beam_size, max_len_a=self.max_len_a, batch_size=self.batch_size,
+        window=max(len(lines), 1), in_flight=1))
 
   def shapes(self, max_pieces: int) -> list[tuple[int, int]]:
     """The (rows, width) batch shapes that lines of at most `max_pieces` pieces decode in."""
@@ -121,10 +123,11 @@ class CTranslate2Engine:
   name = "ctranslate2"
 
   def __init__(self, model_dir: str | os.PathLike, translator: inference.Translator,
-               batch_size: int, threads: int = 0):
+               batch_size: int, threads: int = 0, max_len_a: float = 1.0):
+    """`max_len_a`: as for `JaxEngine`; each line's max_decoding_length is our limit."""
     ctranslate2 = loading.require("ctranslate2")
     self.translator, self.cfg, self.tokenizer = translator, translator.cfg, translator.tokenizer
-    self.batch_size = batch_size
+    self.batch_size, self.max_len_a = batch_size, max_len_a
     self.model = ctranslate2.Translator(str(model_dir), device="cpu", compute_type="float32",
                                         inter_threads=1, intra_threads=threads)
     self.tokens = json.loads((pathlib.Path(model_dir) / "shared_vocabulary.json").read_text())
@@ -136,15 +139,15 @@ class CTranslate2Engine:
 
   @classmethod
   def from_workdir(cls, workdir: str | os.PathLike, translator: inference.Translator,
-                   batch_size: int, threads: int = 0, average: bool = True
-                   ) -> "CTranslate2Engine":
+                   batch_size: int, threads: int = 0, average: bool = True,
+                   max_len_a: float = 1.0) -> "CTranslate2Engine":
     """The export in WORKDIR/ctranslate2, written by `ct2_export.export_ctranslate2` when absent
     or older than the work directory's checkpoints."""
     model_dir = pathlib.Path(workdir) / CTRANSLATE2_DIR
     if not _export_is_current(pathlib.Path(workdir), model_dir / "model.bin"):
       log.info("exporting %s to CTranslate2 in %s", workdir, model_dir)
       ct2_export.export_ctranslate2(workdir, model_dir, average=average, force=True)
-    return cls(model_dir, translator, batch_size, threads)
+    return cls(model_dir, translator, batch_size, threads, max_len_a)
 
   def check(self, settings: Settings) -> None:
     _search(self, settings)
@@ -161,7 +164,8 @@ class CTranslate2Engine:
                   for _ in lines]
     todo = [k for k, (ids, _) in enumerate(encoded) if ids]
     sources = [[*encoded[k][0], EOS_ID] for k in todo]
-    limits = export_engines.output_limits(self.cfg, sources, search.max_decode_extra)
+    limits = export_engines.output_limits(self.cfg, sources, search.max_decode_extra,
+                                          search.max_len_a)
     outputs: dict[int, list[tuple[list[int], float]]] = {}
     with self._lock:
       for max_length, group in export_engines.batches(limits, self.batch_size):

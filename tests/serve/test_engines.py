@@ -1,9 +1,12 @@
-"""The engines on the trained test model: a warmed-up server compiles nothing for a request."""
+"""The engines on the trained test model: a warmed-up server compiles nothing for a request;
+both engines bound each output by our one length rule."""
 
 import concurrent.futures
 import contextlib
+import math
 
 import jax
+import pytest
 
 from t2t_jax import inference
 from t2t_jax.serve import app as app_lib
@@ -46,3 +49,20 @@ def test_requests_of_the_warmed_shapes_compile_nothing_once_health_is_ready(trai
   assert [status for status, _, _ in answers] == [200] * len(groups)
   assert seen == []
 
+
+def test_both_engines_bound_each_output_by_max_len_a_and_agree(trained_workdir):
+  pytest.importorskip("ctranslate2")
+  # alpha 0: the engines' length penalties agree, so their outputs may be compared.
+  translator = inference.Translator(trained_workdir, alpha=0.0, max_decode_extra=1)
+  lines = LINES[:4] + ["They wait. We sleep. She is rich. He plays."]
+  # Tokens (EOS included) of each output at most; one cut at its limit ends without EOS.
+  limits = [math.ceil(0.5 * len(translator.tokenizer.encode(line))) + 1 for line in lines]
+  settings = engines.Settings(beam_size=4)
+  texts = {}
+  for engine in (engines.JaxEngine(translator, batch_size=8, max_len_a=0.5),
+                 engines.CTranslate2Engine.from_workdir(trained_workdir, translator, batch_size=8,
+                                                        max_len_a=0.5)):
+    texts[engine.name] = [t.text for t in engine.translate(lines, settings)]
+    pieces = [len(translator.tokenizer.encode(text)) - 1 for text in texts[engine.name]]
+    assert all(0 < n <= limit for n, limit in zip(pieces, limits)), (engine.name, pieces)
+  assert texts["ctranslate2"] == texts["jax"]
