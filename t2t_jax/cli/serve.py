@@ -9,9 +9,10 @@ Needs the serve extra (`pip install -e .[serve]`; `--engine ctranslate2` also
 the export extra). Routes: POST /v1/translate, GET /health (200 once the
 decoding programs are compiled or read from the compilation cache), GET
 /metrics (Prometheus), GET /docs (OpenAPI), GET / (the page). Lines of
-concurrent requests are decoded together (up to --max_batch lines, waiting at
-most --max_wait_ms for them); a request that does not fit in the queue
-(--max_queue lines) gets 503 with Retry-After. SIGTERM or Ctrl-C: no new
+concurrent requests are decoded together (up to --max_tokens source tokens and
+--max_batch lines, waiting at most --max_wait_ms for them; a long request is
+split across batches); a request that does not fit in the queue (--max_queue
+lines) gets 503 with Retry-After. SIGTERM or Ctrl-C: no new
 connections, the requests under way are answered, then exit 0.
 
 A line's translation is the one `t2t-translate` gives (the same model, settings
@@ -50,6 +51,9 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument("--port", type=int, default=8000, help="port (0: any free one)")
   parser.add_argument("--max_batch", type=int,
                       help="lines per decoded batch (default: the config's decode_batch_size)")
+  parser.add_argument("--max_tokens", type=int, default=2048,
+                      help="source tokens (pieces and EOS) per decoded batch at most; a longer "
+                           "line goes alone (default 2048)")
   parser.add_argument("--max_wait_ms", type=float, default=5.0,
                       help="how long a line waits for others to fill its batch (default 5)")
   parser.add_argument("--max_queue", type=int, default=1024,
@@ -98,11 +102,12 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   settings = engines.Settings(beam_size=translator.cfg.beam_size)
   pieces = translator.cfg.max_len - 1 if args.warmup_pieces is None else args.warmup_pieces
   options = app_lib.Options(
-      max_batch=max_batch, max_queue=args.max_queue, max_wait=args.max_wait_ms / 1000,
-      workers=args.workers, limits=protocol.Limits(args.max_lines, args.max_chars, args.max_beam))
+      max_batch=max_batch, max_tokens=args.max_tokens, max_queue=args.max_queue,
+      max_wait=args.max_wait_ms / 1000, workers=args.workers,
+      limits=protocol.Limits(args.max_lines, args.max_chars, args.max_beam))
   app = app_lib.create_app(
       engine, options, attention=functools.partial(engines.attention, translator),
-      warm_up=lambda: log.info("compiled %d batch shapes", engine.warm_up(pieces, settings)))
+      warm_up=lambda: log.info("warm-up: %d decoding programs", engine.warm_up(pieces, settings)))
   app_lib.serve(app, args.host, args.port,
                 f"serving {args.workdir} ({engine.name} engine) on http://{{}}/")
 

@@ -49,6 +49,7 @@ RETRY_AFTER = "1"     # seconds: a batch of the demo model decodes in well under
 class Options:
   """Batching and limits (`t2t-serve --help` explains each)."""
   max_batch: int = 16
+  max_tokens: int = 2048
   max_queue: int = 1024
   max_wait: float = 0.005
   workers: int = 2
@@ -64,8 +65,9 @@ class _State:
     self.failed: Optional[str] = None
     self.metrics = metrics_lib.Metrics(queued=lambda: self.batcher.queued)
     self.batcher = batcher_lib.Batcher(
-        engine.translate, max_batch=options.max_batch, max_queue=options.max_queue,
-        max_wait=options.max_wait, workers=options.workers, on_batch=self.metrics.batch)
+        engine.translate, tokens=engine.source_tokens, max_tokens=options.max_tokens,
+        max_batch=options.max_batch, max_queue=options.max_queue, max_wait=options.max_wait,
+        workers=options.workers, on_batch=self.metrics.batch)
 
 
 def _error(e: protocol.ApiError) -> responses.JSONResponse:
@@ -196,7 +198,8 @@ def _other_routes(app: fastapi.FastAPI, state: _State,
     cfg = state.engine.cfg
     return {"engine": state.engine.name, "num_layers": cfg.num_layers,
             "num_heads": cfg.num_heads, "beam_size": cfg.beam_size,
-            "limits": dataclasses.asdict(state.limits), "max_batch": state.options.max_batch}
+            "limits": dataclasses.asdict(state.limits), "max_batch": state.options.max_batch,
+            "max_tokens": state.options.max_tokens}
 
   @app.get("/health")
   async def health():
@@ -234,7 +237,8 @@ def _warm_up(state: _State, warm_up: Optional[Callable[[], Any]]) -> None:
 def create_app(engine: Any, options: Options = Options(),
                attention: Optional[Callable[..., dict]] = None,
                warm_up: Optional[Callable[[], Any]] = None) -> fastapi.FastAPI:
-  """The server for `engine` (engines.py: translate, check, count_pieces, cfg, name).
+  """The server for `engine` (engines.py: translate, check, count_pieces, source_tokens, cfg,
+  name).
 
   `warm_up` runs on a thread of its own at start-up; /health and the routes
   answer 503 until it has returned. `attention(source, target, layer=, head=)`

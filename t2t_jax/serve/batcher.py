@@ -1,19 +1,25 @@
 """Dynamic batching: the lines of concurrent requests decoded together, each result sent back.
 
-    batcher = Batcher(engine.translate, max_batch=16, max_queue=1024, max_wait=0.005)
+    batcher = Batcher(engine.translate, tokens=engine.source_tokens, max_tokens=2048,
+                      max_batch=16, max_queue=1024, max_wait=0.005)
     batcher.start()
     future = batcher.submit(lines, settings)   # concurrent.futures.Future -> one result per line
     batcher.cancel(future)                     # the client left: its queued lines leave the queue
     batcher.stop()                             # refuses new requests, finishes the queued ones
 
-A worker takes a batch once `max_batch` lines with the oldest waiting line's
-settings are queued, or once that line has waited `max_wait` seconds. It takes
-them one line per request in turn (oldest request first), so a long request is
-split across batches and the short requests that came after it ride in the
-next batch instead of waiting for all of it. `workers` batches decode at once:
-while one decodes, the next one fills (two in flight on a CPU, as
-`in_flight.DEFAULT`). The queue holds at most `max_queue` lines: a request that
-does not fit is refused at once (`Overloaded`) rather than held in memory.
+A batch's budget is in source tokens (`tokens(line)`: its pieces and EOS, what
+its row of the batch holds): a worker takes a batch once the lines queued with
+the oldest waiting line's settings hold `max_tokens` tokens (or `max_batch`
+lines, the rows of one decoded batch), or once that line has waited `max_wait`
+seconds. It takes them one line per request in turn (oldest request first)
+while they fit the budget, so a long request is split across batches and the
+short requests that came after it ride in the next batch instead of waiting for
+all of it; a line that did not fit goes first in the next batch (alone if it is
+over the budget by itself). The engine sorts a batch's lines by length into its
+bucket shapes. `workers` batches decode at once: while one
+decodes, the next one fills (two in flight on a CPU, as `in_flight.DEFAULT`).
+The queue holds at most `max_queue` lines: a request that does not fit is
+refused at once (`Overloaded`) rather than held in memory.
 """
 
 from __future__ import annotations
@@ -46,7 +52,9 @@ class _Request:
   future: concurrent.futures.Future
   arrived: float
   results: list[Any]
+  tokens: list[int]        # each line's source tokens
   taken: int = 0           # lines handed to a batch so far (in order)
+  skipped: bool = False    # its next line did not fit in the last batch's token budget
   left: int = 0            # results still to come
 
   @property
@@ -57,15 +65,17 @@ class _Request:
 class Batcher:
   """Queues lines of many requests and decodes them in shared batches on worker threads."""
 
-  def __init__(self, translate: Translate, *, max_batch: int, max_queue: int,
-               max_wait: float = 0.005, workers: int = 2,
+  def __init__(self, translate: Translate, *, tokens: Callable[[str], int], max_tokens: int,
+               max_batch: int, max_queue: int, max_wait: float = 0.005, workers: int = 2,
                on_batch: Optional[Callable[[int, float], None]] = None):
-    """`translate(lines, settings)` decodes one batch; `on_batch(lines, seconds)` after each."""
-    if max_batch < 1 or max_queue < 1 or workers < 1 or max_wait < 0:
-      raise ValueError(f"max_batch={max_batch}, max_queue={max_queue} and workers={workers} "
-                       f"must be >= 1 and max_wait={max_wait} >= 0")
-    self._translate, self._on_batch = translate, on_batch
-    self.max_batch, self.max_queue, self.max_wait = max_batch, max_queue, max_wait
+    """`translate(lines, settings)` decodes one batch; `tokens(line)` counts a line's source
+    tokens (on the submitting thread); `on_batch(lines, seconds)` after each batch."""
+    if min(max_tokens, max_batch, max_queue, workers) < 1 or max_wait < 0:
+      raise ValueError(f"max_tokens={max_tokens}, max_batch={max_batch}, max_queue={max_queue} "
+                       f"and workers={workers} must be >= 1 and max_wait={max_wait} >= 0")
+    self._translate, self._tokens, self._on_batch = translate, tokens, on_batch
+    self.max_tokens, self.max_batch = max_tokens, max_batch
+    self.max_queue, self.max_wait = max_queue, max_wait
     self._cond = threading.Condition()
     self._waiting: collections.OrderedDict[int, _Request] = collections.OrderedDict()
     self._by_future: dict[concurrent.futures.Future, _Request] = {}
@@ -98,6 +108,7 @@ class Batcher:
     if not lines:
       future.set_result([])
       return future
+    tokens = [self._tokens(line) for line in lines]
     with self._cond:
       if self._stopping:
         raise Stopped("the server is shutting down")
@@ -105,7 +116,7 @@ class Batcher:
         raise Overloaded(f"the queue holds {self._queued} of at most {self.max_queue} lines; "
                          f"{len(lines)} more do not fit")
       request = _Request(list(lines), settings, future, time.monotonic(), [None] * len(lines),
-                         left=len(lines))
+                         tokens, left=len(lines))
       self._waiting[id(request)] = request
       self._by_future[future] = request
       self._queued += len(lines)
@@ -125,8 +136,10 @@ class Batcher:
   def _ready(self, now: float) -> Optional[float]:
     """None when a batch should be taken now, else how long to wait for one."""
     oldest = next(iter(self._waiting.values()))
-    same = sum(r.waiting for r in self._waiting.values() if r.settings == oldest.settings)
-    if same >= self.max_batch or self._stopping:
+    same = [r for r in self._waiting.values() if r.settings == oldest.settings]
+    lines = sum(r.waiting for r in same)
+    tokens = sum(sum(r.tokens[r.taken:]) for r in same)
+    if lines >= self.max_batch or tokens >= self.max_tokens or self._stopping:
       return None
     wait = oldest.arrived + self.max_wait - now
     return wait if wait > 0 else None
@@ -145,18 +158,40 @@ class Batcher:
           break
         self._cond.wait(wait)
       settings = next(iter(self._waiting.values())).settings
-      batch: list[tuple[_Request, int]] = []
-      while len(batch) < self.max_batch:
-        turn = [r for r in self._waiting.values() if r.settings == settings]
-        if not turn:
-          break
-        for request in turn[:self.max_batch - len(batch)]:  # one line of each, oldest first
-          batch.append((request, request.taken))
-          request.taken += 1
-          if not request.waiting:
-            del self._waiting[id(request)]
+      batch = self._fill(settings)
       self._queued -= len(batch)
       return settings, batch
+
+  def _fill(self, settings: Hashable) -> list[tuple[_Request, int]]:
+    """Lines with `settings`, one of each request in turn while they fit in `max_tokens` and
+    `max_batch` (the first line always); the lock is held.
+
+    Requests whose line did not fit the last budget go first, then the oldest
+    first: a line too long to share a batch is not held behind every shorter one.
+    """
+    batch: list[tuple[_Request, int]] = []
+    budget = self.max_tokens
+    turn = sorted((r for r in self._waiting.values() if r.settings == settings),
+                  key=lambda r: not r.skipped)   # stable: oldest first within each
+    while turn and len(batch) < self.max_batch:
+      later = []
+      for request in turn:
+        if len(batch) == self.max_batch:
+          break
+        cost = request.tokens[request.taken]
+        if batch and cost > budget:
+          request.skipped = True
+          continue
+        batch.append((request, request.taken))
+        budget -= cost
+        request.taken += 1
+        request.skipped = False
+        if request.waiting:
+          later.append(request)
+        else:
+          del self._waiting[id(request)]
+      turn = later
+    return batch
 
   def _work(self) -> None:
     while (taken := self._take()) is not None:

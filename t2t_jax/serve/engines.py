@@ -62,6 +62,11 @@ def _count_pieces(engine: "Engine", text: str) -> int:
   return len(engine.tokenizer.encode(text)) - 1 if text.strip() else 0
 
 
+def _source_tokens(engine: "Engine", line: str) -> int:
+  """A line's pieces and EOS: its share of a batch's token budget (the batcher's)."""
+  return len(engine.tokenizer.encode(line))
+
+
 class JaxEngine:
   """Our beam search (`Translator.translate_stream`), one batch of lines per call."""
 
@@ -78,6 +83,7 @@ class JaxEngine:
     _search(self, settings)
 
   count_pieces = _count_pieces
+  source_tokens = _source_tokens
 
   def translate(self, lines: Sequence[str], settings: Settings) -> list[streaming.Translation]:
     # One batch per call (the batcher sends at most batch_size lines); the batcher's
@@ -153,6 +159,7 @@ class CTranslate2Engine:
     _search(self, settings)
 
   count_pieces = _count_pieces
+  source_tokens = _source_tokens
 
   def translate(self, lines: Sequence[str], settings: Settings) -> list[streaming.Translation]:
     search = _search(self, settings)

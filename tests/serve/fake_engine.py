@@ -42,6 +42,9 @@ class FakeEngine:
   def count_pieces(self, text: str) -> int:
     return len(text.split())
 
+  def source_tokens(self, line: str) -> int:
+    return len(line.split()) + 1
+
   def translate(self, lines, settings) -> list[streaming.Translation]:
     self.batches.append(list(lines))
     self.started.set()

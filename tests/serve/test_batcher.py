@@ -13,7 +13,8 @@ BEAM = engines.Settings(beam_size=4)
 
 
 def _batcher(engine, **options):
-  options = {"max_batch": 4, "max_queue": 16, "max_wait": 0.0, "workers": 1, **options}
+  options = {"tokens": engine.source_tokens, "max_tokens": 1000, "max_batch": 4, "max_queue": 16,
+             "max_wait": 0.0, "workers": 1, **options}
   batcher = batcher_lib.Batcher(engine.translate, **options)
   batcher.start()
   return batcher
@@ -54,6 +55,27 @@ def test_a_long_request_is_split_so_a_short_one_rides_in_the_next_batch():
   assert _texts(short) == ["S 0"] and len(_texts(long)) == 10
   assert "s" in engine.batches[1]                     # not after all of the long request
   assert [len(b) for b in engine.batches[1:]] == [4, 4, 3]
+  batcher.stop()
+
+
+def test_a_batch_takes_lines_while_their_tokens_fit_the_budget():
+  engine = FakeEngine()
+  batcher = _batcher(engine, tokens=len, max_tokens=10, max_batch=3)   # a character a token
+  _busy(engine, batcher)
+  a = batcher.submit(["aaaa", "aaaa", "aaaa"], BEAM)
+  b = batcher.submit(["b" * 14], BEAM)                  # over the budget by itself
+  c = batcher.submit(["c"], BEAM)
+  engine.gate.set()
+  assert _texts(a) == ["AAAA 0"] * 3 and _texts(b) == ["B" * 14 + " 0"] and _texts(c) == ["C 0"]
+  # 4 + 1 + 4 tokens (b does not fit); then b first, alone (14 > 10), though a is older.
+  assert engine.batches[1:] == [["aaaa", "c", "aaaa"], ["b" * 14], ["aaaa"]]
+  batcher.stop()
+
+
+def test_a_full_token_budget_starts_a_batch_without_waiting():
+  engine = FakeEngine()
+  batcher = _batcher(engine, tokens=len, max_tokens=6, max_batch=8, max_wait=10 * WAIT)
+  assert _texts(batcher.submit(["aaa", "bbb"], BEAM)) == ["AAA 0", "BBB 0"]   # 6 tokens: now
   batcher.stop()
 
 
@@ -111,7 +133,8 @@ def test_a_failed_batch_fails_its_requests_and_the_batcher_goes_on():
       raise ValueError("engine broke")
     return engine.translate(lines, settings)
 
-  batcher = batcher_lib.Batcher(translate, max_batch=4, max_queue=16, max_wait=0.0, workers=1)
+  batcher = batcher_lib.Batcher(translate, tokens=len, max_tokens=1000, max_batch=4,
+                                max_queue=16, max_wait=0.0, workers=1)
   batcher.start()
   failed = batcher.submit(["a"], BEAM)
   with pytest.raises(ValueError, match="engine broke"):
