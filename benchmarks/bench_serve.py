@@ -1,27 +1,30 @@
 """Load test of `t2t-serve` on the loopback: throughput, latency, batching, correctness, overload.
 
     python benchmarks/bench_serve.py --workdir=runs/demo [--lines=1000] [--clients=1,8,64]
-        [--input=FILE]
-        [--engines=jax,ctranslate2] [--group=8] [--overload_clients=128]
+        [--input=FILE] [--engines=jax,ctranslate2] [--group=8] [--overload_clients=128]
 
-The reference is the batch command, `t2t-translate --input test.en` over the
-work directory's demo test set (timed: its wall time with a warm compilation
-cache, start-up included). Then, for each engine, a server is started on
-127.0.0.1 (`--max_batch` from the config, a warm-up of the test set's batch
-shapes), and `clients` threads send the lines one per request, and with 64
-clients also in groups of `--group` lines; each run is checked line by line
-against the batch command: lost (no answer), duplicated (answered twice),
-different (another text). Printed per run: sentences/s, target pieces/s,
-request latency p50/p95/p99, the batch-size histogram (from /metrics), and the
-ratio of the server's sentences/s to the batch command's and to CTranslate2's
-`translate_batch` on the same exported model and lines (in this process, all
-cores, batches of --max_batch). The CTranslate2 engine ranks with its own length
-penalty (docs/export.md): its "different" is the share of lines where it and
-ours disagree, not an error. Last, an overload run: `--overload_clients`
-clients send groups of --group lines at once to a server whose queue holds
-`--overload_queue` lines; printed: answers by status, the server's peak
-resident memory before and after, and whether it still answers /health.
-Every request loop is bounded; nothing leaves 127.0.0.1.
+The reference is each line's single-line translation, `t2t-translate
+--batch_size 1` over the work directory's demo test set; the batch command
+itself (`t2t-translate --input test.en`, the config's batch size) is timed
+(its wall time with a warm compilation cache, start-up included) and compared
+with it. Then, for each engine, a server is started on 127.0.0.1
+(`--max_batch` from the config, a warm-up of the test set's batch shapes), and
+for each count of `--clients`, that many threads send the lines one per
+request, then in groups of `--group` lines; each run is checked line by line
+against the single-line translations: lost (no answer), duplicated (answered
+twice), different (another text). Printed per run: sentences/s, target
+pieces/s, request latency p50/p95/p99, the batch-size histogram (from
+/metrics), and the ratio of the server's sentences/s to the batch command's and
+to CTranslate2's `translate_batch` on the same exported model and lines (in
+this process, all cores, batches of --max_batch). The CTranslate2 engine ranks
+with its own length penalty (docs/export.md): its "different" is the share of
+lines where it and ours disagree, not an error. Last, per engine, an overload
+run: `--overload_clients` clients send groups of --group lines back to back,
+never retrying, to a server whose queue holds `--overload_queue` lines;
+printed: answers by status (the 200s checked as above), the server's peak
+resident memory before and after, whether it still answers /health, and its
+exit status on SIGTERM. The 1-minute load average is printed at the start and
+the end. Every request loop is bounded; nothing leaves 127.0.0.1.
 """
 
 from __future__ import annotations
@@ -161,35 +164,43 @@ def load_run(server: Server, lines: list[str], reference: list[str], clients: in
   }
 
 
-def overload_run(server: Server, lines: list[str], clients: int, group: int,
-                 requests_per_client: int) -> dict:
-  """Every client sends its requests back to back, never retrying: the queue overflows."""
-  statuses, lock = {}, threading.Lock()
+def overload_run(server: Server, lines: list[str], reference: list[str], clients: int,
+                 group: int, requests_per_client: int) -> dict:
+  """Every client sends its requests back to back, never retrying: the queue overflows.
+  The lines answered (200) are checked against `reference`."""
+  statuses, different, answered, lock = {}, [0], [0], threading.Lock()
   rss_before = server.peak_rss_mib()
 
   def client(c):
     connection = http.client.HTTPConnection(*server.address, timeout=TIMEOUT)
     for r in range(requests_per_client):
       start = (c * requests_per_client + r) * group % len(lines)
-      status, _ = _post(connection, (lines * 2)[start:start + group])
+      indices = [(start + k) % len(lines) for k in range(group)]
+      status, body = _post(connection, [lines[i] for i in indices])
       with lock:
         statuses[status] = statuses.get(status, 0) + 1
+        if status == 200:
+          texts = [t["text"] for t in body["translations"]]
+          answered[0] += len(texts)
+          different[0] += sum(t != reference[i] for i, t in zip(indices, texts))
+          different[0] += len(indices) - len(texts)
 
   with concurrent.futures.ThreadPoolExecutor(clients) as pool:
     for future in [pool.submit(client, c) for c in range(clients)]:
       future.result(TIMEOUT)
   return {"clients": clients, "group": group, "statuses": statuses,
+          "lines_answered": answered[0], "different": different[0],
           "peak_rss_mib_before": round(rss_before, 1),
           "peak_rss_mib_after": round(server.peak_rss_mib(), 1),
           "health_after": server.get("/health")[0]}
 
 
-def batch_command(workdir: str, input_path: str) -> tuple[list[str], float]:
+def batch_command(workdir: str, input_path: str, *flags: str) -> tuple[list[str], float]:
   """t2t-translate's output for the file, and its wall time (start-up included)."""
   env = {**os.environ, "PYTHONPATH": str(ROOT)}
   start = time.monotonic()
   out = subprocess.run([sys.executable, "-m", "t2t_jax.cli.translate", "--workdir", workdir,
-                        "--input", input_path], cwd=ROOT, env=env, capture_output=True,
+                        "--input", input_path, *flags], cwd=ROOT, env=env, capture_output=True,
                        text=True, check=True, timeout=TIMEOUT)
   return out.stdout.splitlines(), time.monotonic() - start
 
@@ -216,14 +227,16 @@ def ctranslate2_batch(workdir: str, lines: list[str], batch_size: int) -> float:
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__,
                                    formatter_class=argparse.RawDescriptionHelpFormatter)
-  parser.add_argument("--workdir", default="runs/demo")
+  parser.add_argument("--workdir", default="runs/demo", help="a trained work directory")
   parser.add_argument("--input", help="source lines (default: the work directory's test set)")
-  parser.add_argument("--lines", type=int, default=1000)
-  parser.add_argument("--clients", default="1,8,64")
-  parser.add_argument("--group", type=int, default=8)
-  parser.add_argument("--engines", default="jax,ctranslate2")
-  parser.add_argument("--overload_clients", type=int, default=128)
-  parser.add_argument("--overload_queue", type=int, default=64)
+  parser.add_argument("--lines", type=int, default=1000, help="the first N lines of it")
+  parser.add_argument("--clients", default="1,8,64", help="concurrent clients of each run")
+  parser.add_argument("--group", type=int, default=8, help="lines per request of the grouped runs")
+  parser.add_argument("--engines", default="jax,ctranslate2", help="t2t-serve --engine values")
+  parser.add_argument("--overload_clients", type=int, default=128,
+                      help="clients of the overload run")
+  parser.add_argument("--overload_queue", type=int, default=64,
+                      help="t2t-serve --max_queue of the overload run")
   parser.add_argument("--overload_requests", type=int, default=4, help="per client")
   args = parser.parse_args()
   sys.path.insert(0, str(ROOT))
@@ -237,26 +250,22 @@ def main() -> None:
   tokenizer = inference.load_tokenizer(workdir)
   count_pieces = lambda text: len(tokenizer.encode(text)) - 1 if text.strip() else 0
   longest = max(count_pieces(line) for line in lines)
+  results = {"lines": len(lines), "load_average_start": os.getloadavg()[0], "runs": []}
   with tempfile.NamedTemporaryFile("w", suffix=".en") as f:
     f.write("".join(line + "\n" for line in lines))
     f.flush()
+    reference, _ = batch_command(workdir, f.name, "--batch_size", "1")
     batch_command(workdir, f.name)                       # fills the compilation cache
-    reference, command_seconds = batch_command(workdir, f.name)
-  results = {"lines": len(lines), "batch_command_s": round(command_seconds, 2),
-             "batch_command_sentences_per_s": round(len(lines) / command_seconds, 1), "runs": []}
+    batched, command_seconds = batch_command(workdir, f.name)
+  results.update(batch_command_s=round(command_seconds, 2),
+                 batch_command_sentences_per_s=round(len(lines) / command_seconds, 1),
+                 batch_command_different=sum(a != b for a, b in zip(batched, reference)))
   print(json.dumps({k: v for k, v in results.items() if k != "runs"}), flush=True)
-  for engine in args.engines.split(","):
-    server = Server(workdir, "--engine", engine, "--warmup_pieces", str(longest))
-    print(json.dumps({"engine": engine, "start_s": round(server.start_seconds, 1)}), flush=True)
-    runs = [(int(c), 1) for c in args.clients.split(",")] + [(64, args.group)]
-    for clients, group in runs:
-      run = {"engine": engine, **load_run(server, lines, reference, clients, group, count_pieces)}
-      run["ratio_to_batch_command"] = round(run["sentences_per_s"] /
-                                            results["batch_command_sentences_per_s"], 2)
-      results["runs"].append(run)
-      print(json.dumps(run), flush=True)
-    results[f"exit_status_{engine}"] = server.stop()
-  if "ctranslate2" in args.engines:
+  engine_names = args.engines.split(",")
+  for engine in engine_names:
+    results["runs"] += engine_runs(workdir, engine, lines, reference, args, longest,
+                                   results["batch_command_sentences_per_s"], count_pieces)
+  if "ctranslate2" in engine_names:
     seconds = ctranslate2_batch(workdir, lines, cfg_data["decode_batch_size"])
     results["ctranslate2_translate_batch_sentences_per_s"] = round(len(lines) / seconds, 1)
     for run in results["runs"]:
@@ -264,15 +273,36 @@ def main() -> None:
           run["sentences_per_s"] / results["ctranslate2_translate_batch_sentences_per_s"], 2)
     print(json.dumps({"ctranslate2_translate_batch_sentences_per_s":
                       results["ctranslate2_translate_batch_sentences_per_s"]}), flush=True)
-  server = Server(workdir, "--warmup_pieces", str(longest), "--max_queue",
-                  str(args.overload_queue))
-  overload = overload_run(server, lines, args.overload_clients, args.group,
-                          args.overload_requests)
-  overload["exit_status"] = server.stop()
-  results["overload"] = overload
-  print(json.dumps({"overload": overload}), flush=True)
+  for engine in engine_names:
+    server = Server(workdir, "--engine", engine, "--warmup_pieces", str(longest), "--max_queue",
+                    str(args.overload_queue))
+    overload = {"engine": engine, **overload_run(server, lines, reference,
+                                                 args.overload_clients, args.group,
+                                                 args.overload_requests)}
+    overload["exit_status"] = server.stop()
+    results.setdefault("overload", []).append(overload)
+    print(json.dumps({"overload": overload}), flush=True)
+  results["load_average_end"] = os.getloadavg()[0]
   print(json.dumps(results))
 
+
+def engine_runs(workdir: str, engine: str, lines: list[str], reference: list[str],
+                args: argparse.Namespace, longest: int, command_rate: float,
+                count_pieces) -> list[dict]:
+  """One server of `engine`: every count of clients, one line per request then in groups."""
+  server = Server(workdir, "--engine", engine, "--warmup_pieces", str(longest))
+  print(json.dumps({"engine": engine, "start_s": round(server.start_seconds, 1)}), flush=True)
+  runs = []
+  for group in (1, args.group):
+    for clients in map(int, args.clients.split(",")):
+      run = {"engine": engine, **load_run(server, lines, reference, clients, group, count_pieces)}
+      run["ratio_to_batch_command"] = round(run["sentences_per_s"] / command_rate, 2)
+      runs.append(run)
+      print(json.dumps(run), flush=True)
+  exit_status = server.stop()
+  for run in runs:
+    run["exit_status"] = exit_status
+  return runs
 
 if __name__ == "__main__":
   main()
