@@ -16,7 +16,6 @@ cross-attention in both (CTranslate2's output teacher-forced through it).
 
 from __future__ import annotations
 
-import concurrent.futures
 import dataclasses
 import json
 import logging
@@ -109,14 +108,11 @@ class JaxEngine:
 
     Every batch shape and every chunk of the search (`batch.chunk_lengths`), so
     that no request pays a compilation; each program runs for a step at most
-    (`batch.compile_beam_programs`), shapes on as many threads as cores.
+    (`batch.compile_beam_programs`).
     """
     search = _search(self, settings)
-    compile_shape = lambda shape: batch.compile_beam_programs(self.translator.members, *shape,
-                                                              search)
-    # XLA compiles a program on one core and the shapes are independent: one thread a core.
-    with concurrent.futures.ThreadPoolExecutor(os.cpu_count() or 1) as pool:
-      return sum(pool.map(compile_shape, self.shapes(max_pieces)))
+    return sum(batch.compile_beam_programs(self.translator.members, rows, width, search)
+               for rows, width in self.shapes(max_pieces))
 
 
 def _export_is_current(workdir: pathlib.Path, model_bin: pathlib.Path) -> bool:
