@@ -199,6 +199,21 @@ def test_a_run_field_compiles_no_decoding_program_again(member, monkeypatch):
   assert decode_all(TINY.replace(eval_every_steps=7, num_train_steps=11, seed=3)) == compiled
 
 
+def test_compile_beam_programs_leaves_nothing_to_compile_for_a_batch_of_its_shape(member,
+                                                                                 monkeypatch):
+  """What a server's warm-up relies on: every chunk's program, though it decodes nothing."""
+  monkeypatch.setattr(batch, "chunk_lengths", lambda max_len: [2, 4, max_len])  # three programs
+  jax.clear_caches()   # programs earlier tests compiled would hide one it misses
+  programs = (batch._start, batch._run)  # pylint: disable=protected-access
+  inputs = _inputs(4, [5, 2])
+  search = batch.Search.from_config(TINY)
+  assert batch.compile_beam_programs([member], *inputs.shape, search) == 3
+  compiled = [program._cache_size() for program in programs]
+  tokens, _ = batch.decode_batch([member], inputs, search)
+  assert (tokens[:, 0] != 0).sum(1).max() > 4       # the search ran past the chunks at 2 and 4
+  assert [program._cache_size() for program in programs] == compiled
+
+
 def test_output_limits_are_a_times_the_source_plus_b():
   inputs = np.array([[5, 6, 1, 0, 0], [1, 0, 0, 0, 0], [0, 0, 0, 0, 0], [4, 4, 4, 4, 1]])
   lengths = np.array([3, 1, 0, 5])
