@@ -180,7 +180,8 @@ class CTranslate2Engine:
                   for g in group]
         results = self.model.translate_batch(
             pieces, beam_size=search.beam_size, num_hypotheses=search.n_best,
-            length_penalty=search.alpha, max_decoding_length=max_length, return_scores=True,
+            length_penalty=search.alpha, max_decoding_length=max_length,
+            min_decoding_length=search.min_len, return_scores=True,
             max_batch_size=self.batch_size)
         for g, result in zip(group, results):
           outputs[todo[g]] = [([self.ids[p] for p in hyp], float(score))
