@@ -6,9 +6,11 @@ import contextlib
 import math
 
 import jax
+import numpy as np
 import pytest
 
 from t2t_jax import inference
+from t2t_jax.decoding import batch
 from t2t_jax.serve import app as app_lib
 from t2t_jax.serve import engines
 
@@ -66,3 +68,27 @@ def test_both_engines_bound_each_output_by_max_len_a_and_agree(trained_workdir):
     pieces = [len(translator.tokenizer.encode(text)) - 1 for text in texts[engine.name]]
     assert all(0 < n <= limit for n, limit in zip(pieces, limits)), (engine.name, pieces)
   assert texts["ctranslate2"] == texts["jax"]
+
+
+def test_the_ctranslate2_engine_asks_for_our_limits_and_min_len(trained_workdir):
+  pytest.importorskip("ctranslate2")
+  translator = inference.Translator(trained_workdir)
+  engine = engines.CTranslate2Engine.from_workdir(trained_workdir, translator, batch_size=8,
+                                                  max_len_a=1.5)
+  calls, model = [], engine.model
+
+  class Recorder:   # what the engine asks of CTranslate2, then the answer
+    def translate_batch(self, pieces, **options):
+      calls.append((len(pieces), options))
+      return model.translate_batch(pieces, **options)
+
+  engine.model = Recorder()
+  lines = LINES[:3]
+  engine.translate(lines, engines.Settings(beam_size=4))
+  search = batch.Search.from_config(translator.cfg, max_len_a=1.5)
+  limits = [batch.output_limits(np.ones((1, len(translator.tokenizer.encode(line))), np.int32),
+                                search.max_decode_extra, 1.5, translator.cfg.max_len)[1][0]
+            for line in lines]
+  asked = sorted(limit for n, options in calls for limit in [options["max_decoding_length"]] * n)
+  assert asked == sorted(limits)
+  assert all(options["min_decoding_length"] == search.min_len >= 1 for _, options in calls)
