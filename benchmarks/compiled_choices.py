@@ -33,7 +33,8 @@ def _row(target, name, variant, program, extra_flops=0.0):
   # A custom call the cost analysis cannot see (GPU top-k) reports negative figures.
   if min(program.cost.get("flops", 0), program.cost.get("bytes accessed", 0)) < 0:
     return f"| {target.name} | {name} | {variant} | no cost (custom call) | | | |"
-  seconds, _, _ = predict.micro_step_seconds(program.cost, target, extra_flops)
+  seconds, _, _ = predict.micro_step_seconds(program.cost, target, extra_flops,
+                                             program.sliced_prefetches)
   return (f"| {target.name} | {name} | {variant} | {seconds * 1e3:.3f} | "
           f"{program.cost.get('flops', 0) / 1e9:.1f} | "
           f"{program.cost.get('bytes accessed', 0) / 1e9:.2f} | "

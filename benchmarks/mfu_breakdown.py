@@ -40,7 +40,8 @@ def main() -> None:
       p = aot.compile_train_step(small, target, args.rows, length)
       extra = args.rows * predict.attention_flops_per_row(small, length)
       seconds[n] = predict.micro_step_seconds(p.cost, target,
-                                              extra if p.cudnn_attention_calls else 0)[0]
+                                              extra if p.cudnn_attention_calls else 0,
+                                              p.sliced_prefetches)[0]
     pair = seconds[2] - seconds[1]
     rest = seconds[1] - pair
     step = rest + cfg.num_layers * pair

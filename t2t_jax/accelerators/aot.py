@@ -37,6 +37,10 @@ from t2t_jax.train import steps
 
 # The custom call XLA's GPU compiler emits for a cuDNN fused attention (forward or backward).
 _CUDNN_ATTENTION = re.compile(r'custom_call_target="__cudnn\$fmha[^"]*"')
+# The custom call that joins the slices of a sliced prefetch (XLA's memory-space
+# assignment copying a weight into the TPU's on-chip memory in pieces; libtpu emits
+# them for v5e, not v5p). predict.py prices each at 0: libtpu's cost model says -1 s.
+_SLICED_PREFETCH = re.compile(r'custom_call_target="ConcatBitcast"')
 
 
 @dataclasses.dataclass(frozen=True)
@@ -45,6 +49,7 @@ class Program:
   memory: memory.StepMemory
   cost: dict[str, float]          # compiled.cost_analysis(): "flops", "bytes accessed", ...
   cudnn_attention_calls: int      # cuDNN fused-attention kernels in the program
+  sliced_prefetches: int = 0      # TPU: ConcatBitcast custom calls (predict.micro_step_seconds)
   hlo: str = dataclasses.field(repr=False, default="")
 
 
@@ -82,7 +87,7 @@ def _program(lowered) -> Program:
   return Program(memory.StepMemory(stats.argument_size_in_bytes, stats.output_size_in_bytes,
                                    stats.alias_size_in_bytes, stats.temp_size_in_bytes),
                  {k: float(v) for k, v in (cost or {}).items()},
-                 len(_CUDNN_ATTENTION.findall(hlo)), hlo)
+                 len(_CUDNN_ATTENTION.findall(hlo)), len(_SLICED_PREFETCH.findall(hlo)), hlo)
 
 
 def mesh(target: Target) -> jax.sharding.Mesh:

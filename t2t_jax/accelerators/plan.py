@@ -41,7 +41,7 @@ def plan(cfg: TransformerConfig, target: Target, decode: bool = True) -> dict[st
   train = aot.compile_train_step(cfg, target, rows, length, packed=cfg.packing)
   try:
     guess = predict.predict(cfg, target, train.cost, rows, length, accum,
-                            train.cudnn_attention_calls)
+                            train.cudnn_attention_calls, train.sliced_prefetches)
   except ValueError as e:  # the memory figures stand without a time prediction
     guess, why = None, str(e)
   out: dict[str, Any] = {
@@ -56,6 +56,8 @@ def plan(cfg: TransformerConfig, target: Target, decode: bool = True) -> dict[st
       "cudnn_attention_calls": train.cudnn_attention_calls,
       "program_flops": train.cost.get("flops"),
       "program_bytes_accessed": train.cost.get("bytes accessed"),
+      "tpu_cost_model_optimal_seconds": train.cost.get("optimal_seconds"),
+      "tpu_sliced_prefetches": train.sliced_prefetches,
       "num_train_steps": cfg.num_train_steps,
   }
   if guess is None:

@@ -1,7 +1,9 @@
 """Predicted step time, throughput and MFU of a compiled program: predictions, not measurements.
 
 TPU: XLA's own cost model, which libtpu's compiler attaches to the program as
-`optimal_seconds` (its estimate of the program's run time on the chip).
+`optimal_seconds` (its estimate of the program's run time on the chip), with
+one correction (`SLICED_PREFETCH_NOTE`): on v5e the model prices each sliced
+prefetch at -1 s, so those are priced at 0.
 GPU: no cost model is exposed, so a roofline from the program's totals
 (`cost_analysis()`: "flops", "bytes accessed") against the device's peak and
 HBM bandwidth, under the assumptions `GPU_ASSUMPTIONS` states (t2t-compile
@@ -34,7 +36,7 @@ class Prediction:
   tokens_per_s: float        # target tokens of full rows, all devices
   mfu: float                 # model FLOPs / (step time x devices x peak)
   hours_to_steps: float      # to cfg.num_train_steps updates
-  basis: str                 # "xla_tpu_cost_model" or "gpu_roofline"
+  basis: str                 # "xla_tpu_cost_model[+sliced_prefetch_correction]" or "gpu_roofline"
 
 
 def model_flops_per_row(cfg: TransformerConfig, length: int) -> float:
@@ -49,27 +51,52 @@ def attention_flops_per_row(cfg: TransformerConfig, length: int) -> float:
   return 3.0 * cfg.num_layers * 3 * 2 * length * length * h
 
 
-def micro_step_seconds(cost: dict[str, float], target: Target, extra_flops: float = 0.0
-                       ) -> tuple[float, float, str]:
+SLICED_PREFETCH_NOTE = (
+    "TPU cost model correction: libtpu's cost model prices each sliced prefetch (a "
+    "ConcatBitcast custom call joining the async slices in which memory-space assignment "
+    "copies a weight into on-chip memory; emitted for v5e) at -1 s, hence the negative "
+    "optimal_seconds of v5e programs; the prediction adds 1 s back per ConcatBitcast, i.e. "
+    "prices the join (a bitcast) at 0 and keeps the model's price of the slices' copies. "
+    "Check: the same programs compiled with sliced prefetch off "
+    "(xla_tpu_sliced_prefetch_max_slices=0) get a positive optimal_seconds 8-18% above the "
+    "corrected one (docs/benchmarks.md)")
+
+
+def tpu_seconds(cost: dict[str, float], sliced_prefetches: int = 0) -> tuple[float, str]:
+  """(predicted seconds, basis) of a TPU program from libtpu's cost model, its
+  sliced prefetches (aot.Program.sliced_prefetches) priced at 0, not at -1 s each."""
+  raw = cost.get("optimal_seconds")
+  if raw is None:
+    raise ValueError("the TPU cost model gave no valid time (the program's cost analysis has "
+                     "no optimal_seconds); no step time can be predicted")
+  seconds = raw + sliced_prefetches
+  if seconds <= 0:
+    raise ValueError(f"the TPU cost model gave no valid time (optimal_seconds={raw:g} with "
+                     f"{sliced_prefetches} sliced prefetches priced at -1 s each); no step "
+                     f"time can be predicted")
+  basis = "xla_tpu_cost_model"
+  return seconds, basis + ("+sliced_prefetch_correction" if sliced_prefetches else "")
+
+
+def micro_step_seconds(cost: dict[str, float], target: Target, extra_flops: float = 0.0,
+                       sliced_prefetches: int = 0) -> tuple[float, float, str]:
   """(predicted seconds, lower bound, basis) of one compiled micro-step on one device."""
   if not target.is_gpu:
-    seconds = cost.get("optimal_seconds", -1.0)
-    if seconds <= 0:  # libtpu's v5e model answers -672 s for a base step: no estimate
-      raise ValueError(f"the {target.name} compiler's cost model gave no valid time "
-                       f"(optimal_seconds={seconds:g}); no step time can be predicted")
-    return seconds, seconds, "xla_tpu_cost_model"
+    seconds, basis = tpu_seconds(cost, sliced_prefetches)
+    return seconds, seconds, basis
   compute = (cost.get("flops", 0.0) + extra_flops) / target.peak_bf16_flops
   memory = cost.get("bytes accessed", 0.0) / target.memory_bandwidth
   return compute + memory, max(compute, memory), "gpu_roofline"
 
 
 def predict(cfg: TransformerConfig, target: Target, cost: dict[str, float], rows: int,
-            length: int, accum_steps: int, cudnn_attention_calls: int = 0) -> Prediction:
+            length: int, accum_steps: int, cudnn_attention_calls: int = 0,
+            sliced_prefetches: int = 0) -> Prediction:
   """Figures for updates of `accum_steps` micro-steps of [rows, length] per device,
   from the cost of one compiled micro-step (`cost`, per device)."""
   # cuDNN custom calls report no FLOPs: add the attention's model FLOPs when they run it.
   extra = rows * attention_flops_per_row(cfg, length) if cudnn_attention_calls else 0.0
-  micro, lower, basis = micro_step_seconds(cost, target, extra)
+  micro, lower, basis = micro_step_seconds(cost, target, extra, sliced_prefetches)
   step = micro * accum_steps
   tokens = rows * length * target.devices * accum_steps
   model = model_flops_per_row(cfg, length) * rows * target.devices * accum_steps

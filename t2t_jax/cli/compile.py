@@ -58,6 +58,9 @@ def _summary(report: dict) -> list[str]:
         f"{r['predicted_hours_to_num_train_steps']:.1f} h to {r['num_train_steps']} steps")
   if r["prediction_basis"] == "gpu_roofline":
     lines.append(predict.GPU_ASSUMPTIONS)
+  if r["tpu_sliced_prefetches"]:
+    lines.append(f"{r['tpu_sliced_prefetches']} sliced prefetches, raw optimal_seconds "
+                 f"{r['tpu_cost_model_optimal_seconds']:g}: {predict.SLICED_PREFETCH_NOTE}")
   return lines
 
 

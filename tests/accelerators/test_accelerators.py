@@ -98,6 +98,17 @@ def test_roofline_adds_compute_and_memory_time():
     predict.micro_step_seconds({"optimal_seconds": -672.0}, v5p)
 
 
+def test_sliced_prefetches_are_priced_at_zero_not_minus_one_second():
+  v5e = targets.get("v5e-8")
+  # libtpu's v5e answer for a program with one sliced prefetch (the FFN gradient below).
+  seconds, lower, basis = predict.micro_step_seconds({"optimal_seconds": -0.99995}, v5e,
+                                                     sliced_prefetches=1)
+  assert seconds == lower == pytest.approx(5e-5) and basis.endswith("sliced_prefetch_correction")
+  assert predict.micro_step_seconds({"optimal_seconds": 0.5}, v5e)[2] == "xla_tpu_cost_model"
+  with pytest.raises(ValueError, match="672 sliced prefetches priced at -1 s"):
+    predict.micro_step_seconds({"optimal_seconds": -673.5}, v5e, sliced_prefetches=672)
+
+
 def test_prediction_scales_with_the_micro_steps():
   v5p = targets.get("v5p-8")
   one = predict.predict(SMALL, v5p, {"optimal_seconds": 0.1}, rows=4, length=32, accum_steps=1)
@@ -140,6 +151,31 @@ def test_tpu_programs_compile_with_a_cost_model_time():
   decode = aot.compile_decode_step(SMALL, v5p, sentences=2, source_length=16,
                                    max_decode_len=24)
   assert decode.memory.peak > 0
+
+
+@NO_TPU
+def test_v5e_sliced_prefetch_is_counted_and_its_time_recovered():
+  # The smallest program we found where libtpu's v5e cost model goes negative: a weight
+  # gradient of a float32 FFN used in bfloat16 (its weight is prefetched in slices).
+  def loss(x, w1, w2):
+    return (jax.nn.relu(x @ w1.astype(jnp.bfloat16)) @ w2.astype(jnp.bfloat16)).sum()
+
+  v5e = targets.get("v5e-4")
+  one = jax.sharding.NamedSharding(
+      jax.sharding.Mesh(np.array(targets.topology(v5e).devices[:1]), ("x",)),
+      jax.sharding.PartitionSpec())
+  shapes = [jax.ShapeDtypeStruct(s, t, sharding=one) for s, t in (
+      ((256, 512), jnp.bfloat16), ((512, 2048), jnp.float32), ((2048, 512), jnp.float32))]
+  lowered = jax.jit(jax.grad(loss, argnums=(1, 2))).lower(*shapes)
+  program = aot._program(lowered)  # pylint: disable=protected-access
+  assert program.sliced_prefetches >= 1 and program.cost["optimal_seconds"] < 0
+  seconds = predict.micro_step_seconds(program.cost, v5e,
+                                       sliced_prefetches=program.sliced_prefetches)[0]
+  # The same program without sliced prefetch: the cost model prices it whole.
+  plain = lowered.compile(compiler_options={"xla_tpu_sliced_prefetch_max_slices": 0})
+  cost = plain.cost_analysis()
+  plain_seconds = (cost[0] if isinstance(cost, (list, tuple)) else cost)["optimal_seconds"]
+  assert 0.5 * plain_seconds < seconds <= plain_seconds
 
 
 def _peak_at_paper_depth(cfg, target, rows, length):
