@@ -57,11 +57,13 @@ class TransformerConfig:
       None, "restricted self-attention radius r (Table 1); None: full attention")
   # "fused": layers.fused_attention (cuDNN flash attention on NVIDIA GPUs in bfloat16,
   # layers.attention_core elsewhere) where it applies, the reference where it must
-  # (attention maps, attention dropout, windows, d_k != d_v). "cudnn" or "core" name
-  # fused_attention's kernel whatever the backend (t2t-compile sets them for its
-  # target: accelerators/kernels.py); "cudnn" that cannot run is an error.
+  # (attention maps, attention dropout, windows, d_k != d_v). "cudnn", "core" or "core_recompute"
+  # (attention_core keeping its probabilities in the compute dtype) name fused_attention's
+  # kernel whatever the backend (t2t-compile sets them for its target:
+  # accelerators/kernels.py); "cudnn" that cannot run is an error.
   attention_impl: str = _field(
-      "fused", "fused (a fused kernel where it applies), reference, or cudnn/core (that kernel)")
+      "fused", "fused (a fused kernel where it applies), reference, or cudnn/core/core_recompute "
+      "(that kernel)")
 
   # --- Data (section 5.1) ---
   dataset: str = _field("wmt14_translate/de-en",
@@ -229,7 +231,7 @@ FIELD_RULES: dict[str, tuple[Any, str]] = {
     "max_len": _POSITIVE_INT,
     "dtype": _one_of("float32", "bfloat16"),
     "attention_window": _POSITIVE_INT,
-    "attention_impl": _one_of("fused", "reference", "cudnn", "core"),
+    "attention_impl": _one_of("fused", "reference", "cudnn", "core", "core_recompute"),
     "dataset": _NON_EMPTY, "source_lang": _NON_EMPTY, "target_lang": _NON_EMPTY,
     "data_dir": _NON_EMPTY, "train_files": _NON_EMPTY, "dev_files": _NON_EMPTY,
     "test_files": _NON_EMPTY,

@@ -38,7 +38,7 @@ class MultiHeadAttention(nn.Module):
   `layers.Mask`, d_k == d_v, no window, no attention dropout in this call, and the
   attention maps are not being collected (`intermediates` not mutable), with the
   kernel `layers.fused_implementation` picks for the backend running the process.
-  "cudnn" and "core" name that kernel (t2t-compile sets them for its target,
+  "cudnn", "core" and "core_recompute" name that kernel (t2t-compile sets them for its target,
   kernels.for_platform); "cudnn" that cannot be built is an error naming the
   layer, never a silent fallback. Everything else, and "reference", goes through
   `layers.scaled_dot_product_attention`.
@@ -50,7 +50,7 @@ class MultiHeadAttention(nn.Module):
   dropout_rate: float = 0.0          # on the attention probabilities
   dtype: Any = jnp.float32
   kernel_init: Callable = layers.default_kernel_init
-  implementation: str = "fused"      # "cudnn", "core" or "reference"
+  implementation: str = "fused"      # "cudnn", "core", "core_recompute" or "reference"
 
   def setup(self):
     dense = lambda features, axis=-1: nn.DenseGeneral(
@@ -181,8 +181,9 @@ class MultiHeadAttention(nn.Module):
     implementation = self.implementation
     if implementation == "fused":
       implementation = layers.fused_implementation(self.dtype, self.d_k)
-    if implementation == "core":
-      return layers.fused_attention(q, k, v, mask, self.dtype)
+    if implementation in ("core", "core_recompute"):
+      return layers.fused_attention(q, k, v, mask, self.dtype,
+                                    None if implementation == "core" else implementation)
     try:
       return layers.fused_attention(q, k, v, mask, self.dtype, implementation)
     except (NotImplementedError, RuntimeError, ValueError) as e:  # checked while tracing

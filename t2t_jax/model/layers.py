@@ -21,6 +21,7 @@ fused one where it applies (docs/model.md).
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 from typing import Any, Callable, Optional
@@ -203,8 +204,10 @@ def fused_attention(q: Array, k: Array, v: Array, mask: "Mask", dtype: Any = Non
     dtype: compute dtype (default: q's); the softmax runs in float32 regardless.
     implementation: None: `attention_core` (any backend; on CPU faster than
       `jax.nn.dot_product_attention`'s XLA path, whose backward XLA builds from
-      the softmax by autodiff); "xla" or "cudnn" (NVIDIA GPUs, bf16/fp16):
-      `jax.nn.dot_product_attention` with that implementation.
+      the softmax by autodiff); "core_recompute": `attention_core` that keeps
+      no probabilities for the backward pass (`recompute`); "xla" or "cudnn"
+      (NVIDIA GPUs, bf16/fp16): `jax.nn.dot_product_attention` with that
+      implementation.
 
   Returns:
     [batch, q_length, heads, d] in `dtype`. Rows of padded queries may differ from
@@ -218,10 +221,11 @@ def fused_attention(q: Array, k: Array, v: Array, mask: "Mask", dtype: Any = Non
     raise ValueError("fused attention has no restricted (windowed) attention; use "
                      "scaled_dot_product_attention")
   dtype = dtype or q.dtype
-  if implementation is None:
+  if implementation in (None, "core_recompute"):
     heads_first = lambda x: x.astype(dtype).transpose(0, 2, 1, 3)     # [batch, heads, len, d]
     out = attention_core(heads_first(q / math.sqrt(q.shape[-1])), heads_first(k),
-                         heads_first(v), mask_to_bias(mask.dense()))
+                         heads_first(v), mask_to_bias(mask.dense()),
+                         implementation == "core_recompute")
     real = (mask.q_segments != 0)[:, :, None, None]                    # [batch, q, 1, 1]
     return jnp.where(real, out.transpose(0, 2, 1, 3), 0).astype(dtype)
   q, k, v = (x.astype(dtype) for x in (q, k, v))
@@ -236,8 +240,8 @@ def fused_attention(q: Array, k: Array, v: Array, mask: "Mask", dtype: Any = Non
       key_value_seq_lengths=lengths(mask.kv_segments), implementation=implementation)
 
 
-@jax.custom_vjp
-def attention_core(q: Array, k: Array, v: Array, bias: Array) -> Array:
+@functools.partial(jax.custom_vjp, nondiff_argnums=(4,))
+def attention_core(q: Array, k: Array, v: Array, bias: Array, recompute: bool = False) -> Array:
   """softmax(q k^T + bias) v with a hand-written backward pass.
 
   q [batch, heads, q_length, d] (already scaled by 1/sqrt(d)), k and v [batch,
@@ -246,19 +250,43 @@ def attention_core(q: Array, k: Array, v: Array, bias: Array) -> Array:
   The backward pass reuses the saved probabilities P and needs two elementwise
   passes over them (dS = P * (dP - rowsum(dO * O))); autodiff of the softmax makes
   XLA CPU run several more, which dominated the attention layers' backward.
+
+  `recompute` (the TPU's "core_recompute", kernels.py) keeps no P: the forward
+  pass takes each row's max and sum of exponentials (float32) in a first pass over
+  q k^T and computes P in a second one, and the backward pass computes P again
+  from q, k and those statistics. The [batch, heads, q, kv] float32 exponentials
+  then never go to memory, which on a TPU is most of the attention's time (XLA's
+  cost model, docs/benchmarks.md); the second q k^T is a short matmul. Same
+  float32 softmax, same result.
   """
-  return _attention_core_fwd(q, k, v, bias)[0]
+  return _attention_core_fwd(q, k, v, bias, recompute)[0]
 
 
-def _attention_core_fwd(q, k, v, bias):
+def _probs(q: Array, k: Array, bias: Array, top: Array, total: Array) -> Array:
+  """softmax(q k^T + bias) [batch, heads, q, kv] float32 from its row max `top` and sum `total`."""
   logits = jnp.einsum("bhqd,bhkd->bhqk", q, k).astype(jnp.float32) + bias
-  probs = jax.nn.softmax(logits, axis=-1)                              # [batch, heads, q, kv]
+  return jnp.exp(logits - top) / total
+
+
+def _attention_core_fwd(q, k, v, bias, recompute):
+  if not recompute:
+    logits = jnp.einsum("bhqd,bhkd->bhqk", q, k).astype(jnp.float32) + bias
+    probs = jax.nn.softmax(logits, axis=-1)                            # [batch, heads, q, kv]
+    out = jnp.einsum("bhqk,bhkd->bhqd", probs.astype(v.dtype), v)
+    return out, (q, k, v, probs, out)
+  logits = jnp.einsum("bhqd,bhkd->bhqk", q, k).astype(jnp.float32) + bias
+  top = jnp.max(logits, axis=-1, keepdims=True)                        # [batch, heads, q, 1]
+  total = jnp.sum(jnp.exp(logits - top), axis=-1, keepdims=True)
+  # The barrier keeps XLA from merging the two q k^T (which would bring back the
+  # float32 exponentials in memory between the two passes).
+  probs = _probs(*lax.optimization_barrier((q, k)), bias, top, total)
   out = jnp.einsum("bhqk,bhkd->bhqd", probs.astype(v.dtype), v)
-  return out, (q, k, v, probs, out)
+  return out, (q, k, v, (bias, top, total), out)
 
 
-def _attention_core_bwd(residuals, d_out):
-  q, k, v, probs, out = residuals
+def _attention_core_bwd(recompute, residuals, d_out):
+  q, k, v, saved, out = residuals
+  probs = _probs(q, k, *saved) if recompute else saved                 # [batch, heads, q, kv]
   d_v = jnp.einsum("bhqk,bhqd->bhkd", probs.astype(d_out.dtype), d_out)
   d_probs = jnp.einsum("bhqd,bhkd->bhqk", d_out, v).astype(jnp.float32)
   row = jnp.sum(d_out.astype(jnp.float32) * out.astype(jnp.float32), -1, keepdims=True)
@@ -279,11 +307,15 @@ CUDNN_PLATFORMS = ("gpu", "cuda")
 def fused_implementation(dtype: Any, depth: int, platform: Optional[str] = None) -> str:
   """The fused attention for `platform`'s programs (default: the backend running this
   process): "cudnn" where cuDNN flash attention supports the case (NVIDIA GPU,
-  16-bit, depth a multiple of 8 up to 128), else "core" (`attention_core`)."""
+  16-bit, depth a multiple of 8 up to 128); on a TPU in 16 bits "core_recompute"
+  (`attention_core` recomputing its probabilities: XLA's TPU cost model predicts a
+  shorter step, docs/benchmarks.md); else "core" (`attention_core`)."""
   platform = platform or jax.default_backend()
-  if (platform in CUDNN_PLATFORMS and jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
-      and depth % 8 == 0 and depth <= 128):
+  sixteen_bits = jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
+  if platform in CUDNN_PLATFORMS and sixteen_bits and depth % 8 == 0 and depth <= 128:
     return "cudnn"
+  if platform == "tpu" and sixteen_bits:
+    return "core_recompute"
   return "core"
 
 

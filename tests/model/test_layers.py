@@ -197,7 +197,8 @@ def _qkv(rng, batch, q_len, kv_len, heads=2, depth=8):
   return make(q_len), make(kv_len), make(kv_len)
 
 
-@pytest.mark.parametrize("implementation", [None, "xla"], ids=["attention_core", "jax.nn"])
+@pytest.mark.parametrize("implementation", [None, "core_recompute", "xla"],
+                         ids=["attention_core", "attention_core_recompute", "jax.nn"])
 @pytest.mark.parametrize("packed,causal", [(False, False), (False, True), (True, False),
                                            (True, True)])
 def test_fused_attention_equals_the_reference_on_real_rows(packed, causal, implementation):
@@ -217,10 +218,12 @@ def test_fused_attention_equals_the_reference_on_real_rows(packed, causal, imple
   np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], atol=1e-5)
 
 
+@pytest.mark.parametrize("recompute", [False, True], ids=["saved_probs", "recomputed_probs"])
 @pytest.mark.parametrize("dtype,tol", [(jnp.float32, 1e-5), (jnp.bfloat16, 3e-2)])
-def test_attention_core_gradients_equal_autodiff_of_the_reference(dtype, tol):
+def test_attention_core_gradients_equal_autodiff_of_the_reference(dtype, tol, recompute):
   """The hand-written backward pass against autodiff through the written-out softmax,
-  with packed, causal rows and a fully masked (padding) query row."""
+  with packed, causal rows and a fully masked (padding) query row; with `recompute`
+  (the TPU's "core_recompute") it keeps no probabilities and computes them again."""
   rng = np.random.default_rng(11)
   q, k, v = _qkv(rng, 2, 8, 8)
   segments = jnp.array([[1, 1, 1, 2, 2, 2, 2, 0], [1, 1, 2, 2, 2, 2, 2, 2]], jnp.int32)
@@ -230,7 +233,8 @@ def test_attention_core_gradients_equal_autodiff_of_the_reference(dtype, tol):
 
   def core_loss(q, k, v):
     out = layers.attention_core(*(heads_first(x / s).astype(dtype) for x, s in
-                                  ((q, np.sqrt(q.shape[-1])), (k, 1.0), (v, 1.0))), bias)
+                                  ((q, np.sqrt(q.shape[-1])), (k, 1.0), (v, 1.0))), bias,
+                                recompute)
     return jnp.sum(heads_first(out).astype(jnp.float32) * weights)
 
   def reference_loss(q, k, v):
@@ -239,6 +243,12 @@ def test_attention_core_gradients_equal_autodiff_of_the_reference(dtype, tol):
 
   got = jax.jit(jax.grad(core_loss, argnums=(0, 1, 2)))(q, k, v)
   want = jax.jit(jax.grad(reference_loss, argnums=(0, 1, 2)))(q, k, v)
+  # What the backward pass keeps of the [batch, heads, q, kv] probabilities (depth 4, so
+  # that only they have that shape).
+  narrow = [heads_first(x)[..., :4].astype(dtype) for x in (q, k, v)]
+  _, backward = jax.vjp(lambda *x: layers.attention_core(*x, bias, recompute), *narrow)
+  kept = [x.dtype for x in jax.tree.leaves(backward) if x.shape == (2, 2, 8, 8)]
+  assert kept == ([] if recompute else [jnp.float32])
   for g, w in zip(got, want):
     assert g.dtype == w.dtype == jnp.float32
     scale = float(jnp.max(jnp.abs(w)))
