@@ -1,6 +1,7 @@
 """Each CPU-tuned choice compiled for an H100 and a TPU both ways: compiler predictions.
 
     python benchmarks/compiled_choices.py [--targets=h100,v5p-8] [--layers=2] [--rows=16]
+                                          [--choices=dropout,attention,packing,decode,topk]
 
 Nothing runs: each variant's program is compiled for the target on this host
 (accelerators/aot.py) and compared by what the compiler says. TPU: XLA's cost
@@ -29,6 +30,9 @@ from t2t_jax.decoding import topk  # noqa: E402
 from t2t_jax.accelerators import aot, predict, targets  # noqa: E402
 
 
+CHOICES = ("dropout", "attention", "packing", "decode", "topk")
+
+
 def _row(target, name, variant, program, extra_flops=0.0):
   # A custom call the cost analysis cannot see (GPU top-k) reports negative figures.
   if min(program.cost.get("flops", 0), program.cost.get("bytes accessed", 0)) < 0:
@@ -54,7 +58,13 @@ def main() -> None:
   parser.add_argument("--targets", default="h100,v5p-8")
   parser.add_argument("--layers", type=int, default=2)
   parser.add_argument("--rows", type=int, default=16)
+  parser.add_argument("--choices", default=",".join(CHOICES),
+                      help="which comparisons to compile (a TPU train compile takes minutes)")
   args = parser.parse_args()
+  choices = args.choices.split(",")
+  unknown = set(choices) - set(CHOICES)
+  if unknown:
+    parser.error(f"unknown --choices {sorted(unknown)}; choose from {','.join(CHOICES)}")
   cfg = configs.get_config("base", num_layers=args.layers, vocab_size=8000, dtype="bfloat16")
   length = 256
   print("| target | choice | variant | predicted ms | GFLOP | GB accessed | peak GiB |")
@@ -63,27 +73,32 @@ def main() -> None:
     train = functools.partial(aot.compile_train_step, target=target, rows=args.rows,
                               length=length)
     extra = args.rows * predict.attention_flops_per_row(cfg, length)
-    for variant in ("hash", "threefry"):
-      p = train(cfg.replace(dropout_generator=variant))
-      print(_row(target, "dropout masks", variant, p, extra if p.cudnn_attention_calls else 0))
-    for variant in ("core", "reference") + (("cudnn",) if target.is_gpu else ()):
-      p = train(cfg.replace(attention_impl=variant))
-      print(_row(target, "attention (train)", variant, p,
-                 extra if p.cudnn_attention_calls else 0))
-    p = train(cfg.replace(packing=False), packed=False)
-    print(_row(target, "packing (same rows)", "unpacked", p,
-               extra if p.cudnn_attention_calls else 0))
-    for variant in (True, False):
-      p = aot.compile_decode_step(cfg.replace(num_layers=6, vocab_size=37000), target,
-                                  sentences=64, source_length=64, max_decode_len=114,
-                                  vocab_major=variant)
-      print(_row(target, "decode step logits (64 x beam 4)",
-                 "vocab-major" if variant else "row-major", p))
-    for variant, fn in (("blocked", lambda x: topk.top_k(x, 8)),
-                        ("lax.top_k", lambda x: jax.lax.top_k(x, 8))):
-      print(_row(target, "top-k 8 of 37000, 256 rows", variant,
-                 _top_k_program(target, fn, 256, 37000)))
-    sys.stdout.flush()
+    cudnn_flops = lambda p: extra if p.cudnn_attention_calls else 0
+    if "dropout" in choices:
+      for variant in ("hash", "threefry"):
+        p = train(cfg.replace(dropout_generator=variant))
+        print(_row(target, "dropout masks", variant, p, cudnn_flops(p)), flush=True)
+    if "attention" in choices:
+      for variant in ("core", "reference") + (("cudnn",) if target.is_gpu else ()):
+        p = train(cfg.replace(attention_impl=variant))
+        print(_row(target, "attention (train)", variant, p, cudnn_flops(p)), flush=True)
+    if "packing" in choices:
+      for packed in (True, False):
+        p = train(cfg.replace(packing=packed), packed=packed)
+        print(_row(target, "packing (same rows)", "packed" if packed else "unpacked", p,
+                   cudnn_flops(p)), flush=True)
+    if "decode" in choices:
+      for variant in (True, False):
+        p = aot.compile_decode_step(cfg.replace(num_layers=6, vocab_size=37000), target,
+                                    sentences=64, source_length=64, max_decode_len=114,
+                                    vocab_major=variant)
+        print(_row(target, "decode step logits (64 x beam 4)",
+                   "vocab-major" if variant else "row-major", p), flush=True)
+    if "topk" in choices:
+      for variant, fn in (("blocked", lambda x: topk.top_k(x, 8)),
+                          ("lax.top_k", lambda x: jax.lax.top_k(x, 8))):
+        print(_row(target, "top-k 8 of 37000, 256 rows", variant,
+                   _top_k_program(target, fn, 256, 37000)), flush=True)
 
 
 if __name__ == "__main__":
