@@ -95,10 +95,14 @@ def main() -> None:
         print(_row(target, "decode step logits (64 x beam 4)",
                    "vocab-major" if variant else "row-major", p), flush=True)
     if "topk" in choices:
-      for variant, fn in (("blocked", lambda x: topk.top_k(x, 8)),
+      for variant, fn in (("blocked", lambda x: topk.blocked_top_k(x, 8)),
                           ("lax.top_k", lambda x: jax.lax.top_k(x, 8))):
         print(_row(target, "top-k 8 of 37000, 256 rows", variant,
                    _top_k_program(target, fn, 256, 37000)), flush=True)
+      for variant, fn in (("blocked", lambda x: topk.blocked_top_k_columns(x, 8)),
+                          ("lax.top_k(x.T)", lambda x: jax.lax.top_k(x.T, 8))):
+        print(_row(target, "top-k 8 of 37000, 256 vocabulary-major columns", variant,
+                   _top_k_program(target, fn, 37000, 256)), flush=True)
 
 
 if __name__ == "__main__":

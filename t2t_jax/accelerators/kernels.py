@@ -2,10 +2,13 @@
 
 `for_platform(cfg, platform)` turns the config's "fused" attention into the
 kernel of `platform`'s programs ("cudnn" on NVIDIA GPUs where cuDNN flash
-attention supports the layers, "core" elsewhere), so that a program compiled
-here for an H100 is the program an H100 would build for itself, not the one
-this CPU would. Everything else the comparisons of docs/benchmarks.md
-("compiler predictions") looked at keeps one default on every platform.
+attention supports the layers, "core_recompute" on TPUs in 16 bits, "core"
+elsewhere: `layers.fused_implementation`), so that a program compiled here for
+an H100 is the program an H100 would build for itself, not the one this CPU
+would. The beam search's top-k is chosen inside the program by the platform it
+is lowered for (decoding/topk.py: the TPU's own `lax.top_k`, the blocked one
+elsewhere). Everything else the comparisons of docs/benchmarks.md ("compiler
+predictions") looked at keeps one default on every platform.
 """
 
 from __future__ import annotations
