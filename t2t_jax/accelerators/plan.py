@@ -56,7 +56,10 @@ def plan(cfg: TransformerConfig, target: Target, decode: bool = True) -> dict[st
       "cudnn_attention_calls": train.cudnn_attention_calls,
       "program_flops": train.cost.get("flops"),
       "program_bytes_accessed": train.cost.get("bytes accessed"),
-      "tpu_cost_model_optimal_seconds": train.cost.get("optimal_seconds"),
+      # The host's cost analysis of a GPU program has an "optimal_seconds" too: -1 s
+      # per custom call (cuDNN), as libtpu's per sliced prefetch; no time of the GPU.
+      "tpu_cost_model_optimal_seconds": None if target.is_gpu else train.cost.get(
+          "optimal_seconds"),
       "tpu_sliced_prefetches": train.sliced_prefetches,
       "num_train_steps": cfg.num_train_steps,
   }

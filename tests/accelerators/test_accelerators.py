@@ -217,5 +217,6 @@ def test_compile_command_prints_the_figures_last(capsys):
   assert report["fits"] and report["cudnn_attention_calls"] == 6
   assert report["peak_bytes"] < report["device_memory_bytes"]
   assert report["predicted_step_s"] > 0 and report["decode_step_compiles"]
+  assert report["tpu_cost_model_optimal_seconds"] is None  # not a GPU figure
   assert any(line.startswith("PREDICTED") for line in out)
   assert any("roofline" in line for line in out[:-1])
