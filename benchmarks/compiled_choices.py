@@ -79,7 +79,7 @@ def main() -> None:
         p = train(cfg.replace(dropout_generator=variant))
         print(_row(target, "dropout masks", variant, p, cudnn_flops(p)), flush=True)
     if "attention" in choices:
-      for variant in ("core", "reference") + (("cudnn",) if target.is_gpu else ()):
+      for variant in ("core", "reference") + (("cudnn",) if target.is_gpu else ("core_recompute",)):
         p = train(cfg.replace(attention_impl=variant))
         print(_row(target, "attention (train)", variant, p, cudnn_flops(p)), flush=True)
     if "packing" in choices:
