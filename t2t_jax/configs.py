@@ -57,9 +57,9 @@ class TransformerConfig:
       None, "restricted self-attention radius r (Table 1); None: full attention")
   # "fused": layers.fused_attention (cuDNN flash attention on NVIDIA GPUs in bfloat16,
   # layers.attention_core elsewhere) where it applies, the reference where it must
-  # (attention maps, attention dropout, windows, d_k != d_v). "cudnn", "core" or "core_recompute"
-  # (attention_core keeping its probabilities in the compute dtype) name fused_attention's
-  # kernel whatever the backend (t2t-compile sets them for its target:
+  # (attention maps, attention dropout, windows, d_k != d_v). "cudnn", "core" or
+  # "core_recompute" (attention_core keeping no probabilities: its backward pass
+  # computes them again) name fused_attention's kernel whatever the backend (t2t-compile sets them for its target:
   # accelerators/kernels.py); "cudnn" that cannot run is an error.
   attention_impl: str = _field(
       "fused", "fused (a fused kernel where it applies), reference, or cudnn/core/core_recompute "
