@@ -59,8 +59,9 @@ class TransformerConfig:
   # layers.attention_core elsewhere) where it applies, the reference where it must
   # (attention maps, attention dropout, windows, d_k != d_v). "cudnn", "core" or
   # "core_recompute" (attention_core keeping no probabilities: its backward pass
-  # computes them again) name fused_attention's kernel whatever the backend (t2t-compile sets them for its target:
-  # accelerators/kernels.py); "cudnn" that cannot run is an error.
+  # computes them again) name fused_attention's kernel whatever the backend
+  # (t2t-compile sets them for its target: accelerators/kernels.py); "cudnn" that
+  # cannot run is an error.
   attention_impl: str = _field(
       "fused", "fused (a fused kernel where it applies), reference, or cudnn/core/core_recompute "
       "(that kernel)")
