@@ -32,12 +32,12 @@ setuptools.setup(
     package_data={"t2t_jax.serve": ["static/*"]},  # the page t2t-serve serves
     entry_points={
         "console_scripts": [
-            "t2t-train=t2t_jax.cli.train:main",
-            "t2t-translate=t2t_jax.cli.translate:main",
-            "t2t-average-checkpoints=t2t_jax.cli.average:main",
-            "t2t-export=t2t_jax.cli.export:main",
-            "t2t-compile=t2t_jax.cli.compile:main",
-            "t2t-serve=t2t_jax.cli.serve:main",
+            "t2t-train=t2t_jax.cli.train:main.console",
+            "t2t-translate=t2t_jax.cli.translate:main.console",
+            "t2t-average-checkpoints=t2t_jax.cli.average:main.console",
+            "t2t-export=t2t_jax.cli.export:main.console",
+            "t2t-compile=t2t_jax.cli.compile:main.console",
+            "t2t-serve=t2t_jax.cli.serve:main.console",
         ],
     },
 )

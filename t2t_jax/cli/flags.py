@@ -355,6 +355,13 @@ def command(main: Callable[..., Any]) -> Callable[..., Any]:
         raise SystemExit(f"error: {one_line(e)}") from None
       raise
 
+  def console() -> None:
+    """The console script's entry point (setup.py: `module:main.console`): `run()` with its
+    value dropped. setuptools' script calls sys.exit(entry()), which would print a
+    returned value (t2t-train's results, t2t-compile's figures) and exit with status 1."""
+    run()
+
+  run.console = console  # type: ignore[attr-defined]
   return run
 
 

@@ -3,6 +3,7 @@
 import logging
 import pathlib
 import signal
+import sys
 
 import pytest
 
@@ -138,3 +139,26 @@ def test_version_log_level_quiet_and_did_you_mean(capsys):
   assert ("unrecognized arguments: --work-dir=x (did you mean --workdir?)"
           in _usage_error(capsys, ["--work-dir=x"]))
   assert "(did you mean" not in _usage_error(capsys, ["--zzz"])
+
+
+def test_console_scripts_exit_0_whatever_their_main_returns():
+  """setuptools' script runs sys.exit(entry()): a main's returned results must not become
+  the exit status (a dict is printed and exits 1)."""
+  import importlib  # pylint: disable=import-outside-toplevel
+  import re  # pylint: disable=import-outside-toplevel
+
+  @cli.command
+  def returns_results(argv=None):
+    return {"fits": True}
+
+  with pytest.raises(SystemExit) as exit_info:
+    sys.exit(returns_results.console())
+  assert exit_info.value.code is None                              # status 0
+  setup = (pathlib.Path(__file__).parents[2] / "setup.py").read_text()
+  scripts = re.findall(r'"(t2t-[\w-]+)=([\w.]+):([\w.]+)"', setup)
+  assert len(scripts) >= 6
+  for name, module, attr in scripts:
+    entry = importlib.import_module(module)
+    for part in attr.split("."):
+      entry = getattr(entry, part)
+    assert entry.__name__ == "console", f"{name} must point at main.console, not {attr}"
