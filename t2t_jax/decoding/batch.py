@@ -208,19 +208,22 @@ def _run(params: tuple, state, *, models: tuple, alpha, until, n_best, min_len,
 
 def _beam_decode(params: tuple, inputs: Array, max_lens: Array, *, models: tuple,
                  beam_size: int, alpha: float, max_len: int, n_best: int, min_len: int,
-                 cached: bool) -> tuple[np.ndarray, np.ndarray]:
+                 cached: bool, every_chunk: bool = False) -> tuple[np.ndarray, np.ndarray]:
   """`beam_search` in chunks of growing cache length (`chunk_lengths`), each a program of its own.
 
   Stops after the chunk where every sentence has stopped, so the programs for
-  longer caches are neither run nor compiled for batches that never need them.
-  `models`: each member's `ModelConfig`, `params` theirs.
+  longer caches are neither run nor compiled for batches that never need them
+  (`every_chunk`: calls them all anyway, each returning at once once every
+  sentence has stopped: compile_beam_programs). `models`: each member's
+  `ModelConfig`, `params` theirs.
   """
   chunks = chunk_lengths(max_len)
   settings = dict(models=models, alpha=alpha, n_best=n_best, min_len=min_len, cached=cached)
   state = _start(params, inputs, max_lens, beam_size=beam_size, max_len=max_len,
                  until=chunks[0], **settings)
-  while not np.asarray(state.sentence_done).all():
-    until = next(c for c in chunks if c > int(state.step))
+  for until in chunks[1:]:    # each chunk runs to its end unless every sentence stopped
+    if not every_chunk and np.asarray(state.sentence_done).all():
+      break
     state = _run(params, state, until=until, **settings)
   return np.asarray(state.done_seqs)[:, :n_best], np.asarray(state.done_score)[:, :n_best]
 
@@ -243,16 +246,11 @@ def compile_beam_programs(members: Sequence[ensemble.Member], rows: int, width: 
   ensemble.check_compatible(members)
   inputs, max_len, max_lens = _limits(np.full((rows, width), PAD_ID, np.int32), search,
                                       max_positions(members))
-  settings = dict(models=tuple(m.cfg.model for m in members), alpha=float(search.alpha),
-                  n_best=search.n_best, min_len=search.min_len, cached=True)
-  params = tuple(m.params for m in members)
-  chunks = chunk_lengths(max_len)
-  state = _start(params, jnp.asarray(inputs), jnp.asarray(max_lens), beam_size=search.beam_size,
-                 max_len=max_len, until=chunks[0], **settings)
-  for until in chunks[1:]:
-    state = _run(params, state, until=until, **settings)
-  jax.block_until_ready(state)
-  return len(chunks)
+  _beam_decode(tuple(m.params for m in members), jnp.asarray(inputs), jnp.asarray(max_lens),
+               models=tuple(m.cfg.model for m in members), beam_size=search.beam_size,
+               alpha=float(search.alpha), max_len=max_len, n_best=search.n_best,
+               min_len=search.min_len, cached=True, every_chunk=True)
+  return len(chunk_lengths(max_len))
 
 
 @functools.partial(jax.jit, static_argnames=("models", "n", "temperature", "top_k", "max_len",
