@@ -8,7 +8,7 @@
     python benchmarks/bench_decode.py --ctranslate2 [--workdir=runs/demo] [--sentences=256]
         [--batch_size=64] [--beam_size=4] [--repeats=3]
 
-`random`: random parameters and source ids, decoded as `batch.translate_batch` does
+`random`: random parameters and source ids, decoded as `programs.decode_batch` does
 (self-attention buffer of source length + `extra` positions) but with every
 hypothesis running to exactly `output_len` tokens (about a WMT sentence): each
 sentence's limit is `output_len` and the EOS row of the (shared) output
@@ -16,11 +16,11 @@ embedding is zero, so EOS (logit 0, about 4 standard deviations below the best
 of the vocabulary's) is never among a beam's best. Rates count the sentences
 and their `output_len` tokens, not the beam's other hypotheses. `--uncached`
 adds the decoder that reruns every position at every step
-(`batch.uncached_decoder`), the encoder once, as the cache does.
+(decoding/uncached.py), the encoder once, as the cache does.
 
 `testset`: the work directory's averaged parameters translate its test set
 (`data/<dataset>/test.<src>`, as the demo writes it) with the config's beam,
-sorted into batches as `batch.decode_ids` does; the first pass includes compilation
+sorted into batches as `sentence_batches.decode_ids` does; the first pass includes compilation
 ("cold"), the best of the later ones does not. Prints sentences/s, output
 tokens/s and sacreBLEU.
 
@@ -96,12 +96,21 @@ def _timed(fn, repeats: int) -> tuple[float, float, object]:
 
 
 def _driver():
-  """The batch driver, ours (decoding/batch.py) or an older checkout's (decoding/decode.py).
-
-  Returns it and `beam_decode(params, inputs, max_lens, cfg, **settings)`, its
-  chunked beam search of one model, as either spells it (`--compare`).
+  """`decode_ids` and `beam_decode(params, inputs, max_lens, cfg, **settings)`, one model's
+  chunked beam search, as this checkout or an older one spells them (`--compare`):
+  decoding/programs.py with inference/sentence_batches.py, decoding/batch.py, or
+  decoding/decode.py.
   """
   # pylint: disable=import-outside-toplevel,protected-access
+  try:
+    from t2t_jax.decoding import programs
+    from t2t_jax.inference import sentence_batches
+  except ImportError:
+    pass
+  else:
+    return sentence_batches.decode_ids, (
+        lambda params, inputs, max_lens, cfg, **settings: programs._beam_decode(
+            (params,), inputs, max_lens, models=(cfg.model,), **settings))
   try:
     from t2t_jax.decoding import batch
   except ImportError:
@@ -110,9 +119,9 @@ def _driver():
     # checkouts have no such setting).
     off = {"narrow_batch": False} if "narrow_batch" in inspect.signature(
         decode._beam_decode).parameters else {}
-    return decode, lambda params, inputs, max_lens, cfg, **settings: decode._beam_decode(
-        params, inputs, max_lens, cfg=cfg, **off, **settings)
-  return batch, lambda params, inputs, max_lens, cfg, **settings: batch._beam_decode(
+    return decode.decode_ids, lambda params, inputs, max_lens, cfg, **settings: (
+        decode._beam_decode(params, inputs, max_lens, cfg=cfg, **off, **settings))
+  return batch.decode_ids, lambda params, inputs, max_lens, cfg, **settings: batch._beam_decode(
       (params,), inputs, max_lens, models=(cfg.model,), **settings)
 
 
@@ -176,8 +185,8 @@ def measure_testset(args) -> list[dict]:
   references = read_lines(data / f"test.{cfg.target_lang}")
   params = averaging.load_params(workdir)
   ids = [tokenizer.encode(line)[:-1][:cfg.max_len - 1] for line in sources]
-  driver, _ = _driver()
-  first, best, outputs = _timed(lambda: driver.decode_ids(cfg, params, ids), args.repeats)
+  decode_ids, _ = _driver()
+  first, best, outputs = _timed(lambda: decode_ids(cfg, params, ids), args.repeats)
   hyps = [tokenizer.decode(out) for out in outputs]
   bleu = evaluate.bleu_scores(hyps, references, cfg.target_lang)["sacrebleu"]["score"]
   out_tokens = sum(len(out) + 1 for out in outputs)  # EOS included, as in `random`
@@ -314,8 +323,8 @@ def main() -> None:
 @functools.cache
 def _jitted_search():
   import jax  # pylint: disable=import-outside-toplevel
-  from t2t_jax.decoding import batch  # pylint: disable=import-outside-toplevel
-  from t2t_jax.decoding import beam_search
+  from t2t_jax.decoding import beam_search  # pylint: disable=import-outside-toplevel
+  from t2t_jax.decoding import uncached
   from t2t_jax.model import transformer as model
 
   @functools.partial(jax.jit, static_argnames=("cfg", "beam_size", "output_len", "cached"))
@@ -324,7 +333,7 @@ def _jitted_search():
       cache = model.init_cache(cfg, params, inputs, output_len)
       step_fn = functools.partial(model.decode_step, cfg, params)
     else:
-      cache, step_fn = batch.uncached_decoder(cfg, params, inputs, output_len)
+      cache, step_fn = uncached.uncached_decoder(cfg, params, inputs, output_len)
     # eos_id=-1 never matches a token: every hypothesis decodes output_len tokens.
     return beam_search.beam_search(step_fn, cache, beam_size=beam_size, alpha=cfg.alpha,
                                    max_len=output_len, eos_id=-1)
@@ -370,11 +379,11 @@ def _ctranslate2_runs(spec, directory, threads):
 
 def _trained_workload(args):
   """Ours and CTranslate2 translating real sentences with a trained model: run functions."""
-  from t2t_jax.data import vocab
-  from t2t_jax.decoding import batch  # pylint: disable=import-outside-toplevel
+  from t2t_jax.data import vocab  # pylint: disable=import-outside-toplevel
   from t2t_jax.export import engines
   from t2t_jax.export import loading
-  from t2t_jax.ids import EOS_ID  # pylint: disable=import-outside-toplevel
+  from t2t_jax.ids import EOS_ID
+  from t2t_jax.inference import sentence_batches
   cfg, params, spm_path = loading.load_workdir(args.workdir)
   tokenizer = vocab.Tokenizer(spm_path)
   lines = (pathlib.Path(args.workdir) / "data" / "demo" / "test.en").read_text(
@@ -386,8 +395,8 @@ def _trained_workload(args):
   max_length = max(engines.output_limits(cfg, [s + [EOS_ID] for s in sources]))
 
   def ours(**settings):
-    return batch.decode_ids(cfg, params, sources, batch_size=args.batch_size,
-                            beam_size=args.beam_size, alpha=0.0, **settings)
+    return sentence_batches.decode_ids(cfg, params, sources, batch_size=args.batch_size,
+                                       beam_size=args.beam_size, alpha=0.0, **settings)
 
   def theirs(translator):
     ids = {token: i for i, token in enumerate(tokens)}

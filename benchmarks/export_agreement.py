@@ -40,12 +40,12 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from t2t_jax import configs  # noqa: E402
-from t2t_jax.decoding import batch  # noqa: E402
 from t2t_jax.export import ctranslate2 as ct2_export  # noqa: E402
 from t2t_jax.export import engines  # noqa: E402
 from t2t_jax.export import huggingface  # noqa: E402
 from t2t_jax.export import loading  # noqa: E402
 from t2t_jax.ids import EOS_ID, PAD_ID  # noqa: E402
+from t2t_jax.inference import sentence_batches  # noqa: E402
 from t2t_jax.inference import translator as inference
 from t2t_jax.model import transformer as model
 
@@ -118,8 +118,9 @@ def main() -> None:
   limits = engines.output_limits(cfg, ids)
   print(f"{workdir}: {len(ids)} sentences of {source}, beam {args.beam_size}")
 
-  ours = {alpha: batch.decode_ids(cfg, params, [i[:-1] for i in ids], beam_size=args.beam_size,
-                                  alpha=alpha) for alpha in (0.0, 0.6)}
+  ours = {alpha: sentence_batches.decode_ids(cfg, params, [i[:-1] for i in ids],
+                                             beam_size=args.beam_size, alpha=alpha)
+          for alpha in (0.0, 0.6)}
   print("logits, ours vs transformers (largest |difference| on real positions):")
   for name, value in _logit_differences(cfg, params, ids, ours[0.0]).items():
     print(f"  {name:40} {value:.3g}")
@@ -174,7 +175,8 @@ def _recipe_agreement(ctranslate2, directory, cfg, params, lines, ids) -> None:
         f"{agree}/{len(ids)} sources tokenised as ours), translations identical to ours:")
   limits = engines.output_limits(cfg, ids)
   for beam_size in (1, 4):
-    ours = batch.decode_ids(cfg, params, [i[:-1] for i in ids], beam_size=beam_size, alpha=0.0)
+    ours = sentence_batches.decode_ids(cfg, params, [i[:-1] for i in ids], beam_size=beam_size,
+                                       alpha=0.0)
     theirs = [None] * len(ids)
     for limit, group in engines.batches(limits, 64):
       results = translator.translate_batch([sources[i] for i in group], beam_size=beam_size,

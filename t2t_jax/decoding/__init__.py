@@ -1,4 +1,5 @@
-"""Ids in, ids out: beam search, greedy, sampling, ensembles, alignment and the batch driver.
+"""Ids in, ids out: beam search, greedy, sampling, ensembles, alignment, the search settings
+and the compiled programs that decode one batch.
 
 Text in, text out is one level up, in `t2t_jax.inference`.
 """

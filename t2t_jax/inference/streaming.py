@@ -4,7 +4,7 @@
       print(t.text)                        # or t.hypotheses: text, score, alignment each
 
 `lines` is any iterable (a file, stdin, a generator): up to `window` lines are
-read, sorted by length into batches of `batch_size`, decoded (`decoding/batch.py`:
+read, sorted by length into batches of `batch_size`, decoded (`decoding/programs.py`:
 beam search or sampling, one model or an ensemble) and yielded in input order
 before the next window is read, so a million-line file needs the memory of one
 window. With `grouped=True`, `lines` holds groups of lines that arrived
@@ -34,11 +34,13 @@ import numpy as np
 
 from t2t_jax.data import vocab
 from t2t_jax.decoding import alignment
-from t2t_jax.decoding import batch
 from t2t_jax.decoding import ensemble
 from t2t_jax.decoding import in_flight as in_flight_lib
-from t2t_jax.ids import UNK_ID
+from t2t_jax.decoding import programs
+from t2t_jax.decoding import search as search_lib
+from t2t_jax.ids import UNK_ID, strip_eos
 from t2t_jax.inference import long_inputs as long_inputs_lib
+from t2t_jax.inference import sentence_batches
 
 log = logging.getLogger(__name__)
 
@@ -132,13 +134,13 @@ def encode_line(tokenizer: vocab.Tokenizer, line: str, limit: int, number: int,
 
 def _translate_batch(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
                      indices: Sequence[int], sources: Sequence[list[int]],
-                     words: Sequence[Optional[list[int]]], search: batch.Search,
+                     words: Sequence[Optional[list[int]]], search: search_lib.Search,
                      batch_size: int, aligned: Optional[Alignments]) -> list[list[Hypothesis]]:
-  inputs = batch.source_rows(sources, batch_size, batch.max_positions(members))
+  inputs = sentence_batches.source_rows(sources, batch_size, search_lib.max_positions(members))
   ids = np.zeros(len(inputs), np.int64)
   ids[:len(indices)] = indices
-  tokens, scores = batch.decode_batch(members, inputs, search, ids=ids)
-  outputs = [[batch.strip_eos(tokens[b, n]) for n in range(tokens.shape[1])]
+  tokens, scores = programs.decode_batch(members, inputs, search, ids=ids)
+  outputs = [[strip_eos(tokens[b, n]) for n in range(tokens.shape[1])]
              for b in range(len(sources))]
   if aligned is None:
     return [[Hypothesis(ids_to_text(tokenizer, out), float(scores[b, n]))
@@ -156,9 +158,9 @@ def _translate_batch(members: Sequence[ensemble.Member], tokenizer: vocab.Tokeni
 
 
 def _translate_window(members, tokenizer, numbered: Sequence[tuple[int, str]], *,
-                      search: batch.Search, batch_size: int, aligned: Optional[Alignments],
+                      search: search_lib.Search, batch_size: int, aligned: Optional[Alignments],
                       in_flight: int, warn: Callable[[str], None]) -> list[Translation]:
-  limit = batch.max_positions(members) - 1
+  limit = search_lib.max_positions(members) - 1
   indices, lines = [index for index, _ in numbered], [line for _, line in numbered]
   encoded = [encode_line(tokenizer, line, limit, indices[k] + 1, warn, aligned is not None)
              for k, line in enumerate(lines)]
@@ -166,14 +168,14 @@ def _translate_window(members, tokenizer, numbered: Sequence[tuple[int, str]], *
       members, tokenizer, [indices[k] for k in chunk], [encoded[k][0] for k in chunk],
       [encoded[k][1] for k in chunk], search, batch_size, aligned)
   lengths = [len(ids) for ids, _ in encoded]
-  found = batch.by_length(translate, lengths, batch_size=batch_size, in_flight=in_flight,
+  found = sentence_batches.by_length(translate, lengths, batch_size=batch_size, in_flight=in_flight,
                           indices=[k for k, n in enumerate(lengths) if n])
   blank = Hypothesis("", 0.0, None if aligned is None else [])
   return [Translation(indices[k], found[k] if k in found else [blank]) for k in range(len(lines))]
 
 
 def translate_stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
-                     lines: Iterable[str], *, search: batch.Search,
+                     lines: Iterable[str], *, search: search_lib.Search,
                      batch_size: int = 64, window: Optional[int] = None,
                      alignments: Optional[Alignments] = None,
                      in_flight: int = in_flight_lib.DEFAULT,
@@ -201,7 +203,7 @@ def translate_stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokeni
     if alignments is not None:
       alignment.check_layer_and_head(member.cfg, alignments.layer, alignments.head)
   fitted = long_inputs_lib.LongInputs(long_inputs, lambda text: source_pieces(tokenizer, text),
-                                      batch.max_positions(members) - 1, warn)
+                                      search_lib.max_positions(members) - 1, warn)
   groups = lines if grouped else _windows(iter(lines), window)
   return fitted.join(_stream(members, tokenizer, groups, window=window, fitted=fitted,
                              search=search, batch_size=batch_size, aligned=alignments,

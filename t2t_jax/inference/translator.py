@@ -35,9 +35,9 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from t2t_jax import configs
 from t2t_jax.data import vocab
-from t2t_jax.decoding import batch
 from t2t_jax.decoding import ensemble
 from t2t_jax.decoding import in_flight as in_flight_lib
+from t2t_jax.decoding import search as search_lib
 from t2t_jax.inference import long_inputs as long_inputs_lib
 from t2t_jax.inference import streaming
 from t2t_jax.runtime import averaging
@@ -96,8 +96,8 @@ def translate_lines(cfg: configs.TransformerConfig, params: Params, tokenizer: v
   Blank lines give "" without decoding; long lines are split (or `long_inputs`)
   with a warning.
   """
-  search = batch.Search.from_config(cfg, beam_size=beam_size, alpha=alpha,
-                                    max_decode_extra=max_decode_extra, max_len_a=max_len_a)
+  search = search_lib.Search.from_config(cfg, beam_size=beam_size, alpha=alpha,
+                                         max_decode_extra=max_decode_extra, max_len_a=max_len_a)
   stream = streaming.translate_stream(
       [ensemble.Member(cfg, params)], tokenizer, lines, search=search,
       batch_size=batch_size or cfg.decode_batch_size, window=max(len(lines), 1),
@@ -151,14 +151,14 @@ class Translator:
     True or `streaming.Alignments(layer, head)` adds word alignments. Beam
     settings and `batch_size` default to the config's; an output has at most
     ceil(max_len_a x source) + max_decode_extra tokens (max_len_a default 1;
-    `batch.output_limits`) and at least `min_len` before EOS (default 1: never
+    `search.output_limits`) and at least `min_len` before EOS (default 1: never
     empty). `window` lines are held at once (default 16
     batches), `in_flight` batches of them decoding at once; `grouped`: `lines`
     yields lists of lines, each decoded as soon as it is read
     (`textio.iter_arrived`). `long_inputs`: "split" (default), "crop" or "fail"
     for lines longer than the model's limit (inference/long_inputs.py).
     """
-    search = batch.Search.from_config(
+    search = search_lib.Search.from_config(
         self.cfg, beam_size=beam_size, alpha=alpha, max_decode_extra=max_decode_extra,
         max_len_a=max_len_a, min_len=min_len, n_best=n_best, sample=sample, temperature=temperature,
         top_k=top_k, seed=seed)

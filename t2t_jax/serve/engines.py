@@ -29,11 +29,13 @@ import numpy as np
 from t2t_jax import inference
 from t2t_jax.data import buckets
 from t2t_jax.decoding import alignment
-from t2t_jax.decoding import batch
+from t2t_jax.decoding import programs
+from t2t_jax.decoding import search as search_lib
 from t2t_jax.export import ctranslate2 as ct2_export
 from t2t_jax.export import engines as export_engines
 from t2t_jax.export import loading
 from t2t_jax.ids import EOS_ID
+from t2t_jax.inference import sentence_batches
 from t2t_jax.inference import streaming
 from t2t_jax.inference import visualize
 
@@ -51,9 +53,9 @@ class Settings:
   alignments: bool = False
 
 
-def _search(engine: "JaxEngine | CTranslate2Engine", settings: Settings) -> batch.Search:
+def _search(engine: "JaxEngine | CTranslate2Engine", settings: Settings) -> search_lib.Search:
   # The checks of the command line (n_best <= beam_size, ...), with their messages.
-  return batch.Search.from_config(engine.cfg, beam_size=settings.beam_size,
+  return search_lib.Search.from_config(engine.cfg, beam_size=settings.beam_size,
                                   n_best=settings.n_best, max_len_a=engine.max_len_a)
 
 
@@ -74,7 +76,7 @@ class JaxEngine:
 
   def __init__(self, translator: inference.Translator, batch_size: int, max_len_a: float = 1.0):
     """`max_len_a`: outputs have at most ceil(max_len_a x (source + EOS)) + max_decode_extra
-    tokens (`batch.output_limits`), as with t2t-translate's --max_len_a."""
+    tokens (`search.output_limits`), as with t2t-translate's --max_len_a."""
     self.translator, self.cfg, self.tokenizer = translator, translator.cfg, translator.tokenizer
     self.batch_size, self.max_len_a = batch_size, max_len_a
 
@@ -95,10 +97,10 @@ class JaxEngine:
 
   def shapes(self, max_pieces: int) -> list[tuple[int, int]]:
     """The (rows, width) batch shapes that lines of at most `max_pieces` pieces decode in."""
-    limit = batch.max_positions(self.translator.members)
+    limit = search_lib.max_positions(self.translator.members)
     widths = sorted({min(buckets.bucket_length(n + 1), limit)
                      for n in range(1, min(max_pieces, limit - 1) + 1)})
-    rows = sorted({batch.source_rows([[0]] * n, self.batch_size, limit).shape[0]
+    rows = sorted({sentence_batches.source_rows([[0]] * n, self.batch_size, limit).shape[0]
                    for n in range(1, self.batch_size + 1)})
     return [(r, w) for w in widths for r in rows]
 
@@ -106,12 +108,12 @@ class JaxEngine:
     """Compiles (or reads from the compilation cache) every program that batches of lines up
     to `max_pieces` pieces with `settings` decode with; returns how many programs.
 
-    Every batch shape and every chunk of the search (`batch.chunk_lengths`), so
+    Every batch shape and every chunk of the search (`programs.chunk_lengths`), so
     that no request pays a compilation; each program runs for a step at most
-    (`batch.compile_beam_programs`).
+    (`programs.compile_beam_programs`).
     """
     search = _search(self, settings)
-    return sum(batch.compile_beam_programs(self.translator.members, rows, width, search)
+    return sum(programs.compile_beam_programs(self.translator.members, rows, width, search)
                for rows, width in self.shapes(max_pieces))
 
 
@@ -163,7 +165,7 @@ class CTranslate2Engine:
 
   def translate(self, lines: Sequence[str], settings: Settings) -> list[streaming.Translation]:
     search = _search(self, settings)
-    limit = batch.max_positions(self.translator.members) - 1
+    limit = search_lib.max_positions(self.translator.members) - 1
     encoded = [streaming.encode_line(self.tokenizer, line, limit, k + 1,
                                      with_words=settings.alignments)
                for k, line in enumerate(lines)]
@@ -216,15 +218,15 @@ def attention(translator: inference.Translator, source: str, target: str, *, lay
   """One decoder layer's cross-attention [target pieces + EOS, source pieces + EOS] of our
   model for (source, target), the pieces' labels and words, and the word alignment."""
   cfg = translator.cfg
-  limit = batch.max_positions(translator.members) - 1
+  limit = search_lib.max_positions(translator.members) - 1
   source_ids, source_words = streaming.encode_line(translator.tokenizer, source, limit, 1,
                                                    with_words=True)
   target_ids, target_words = streaming.encode_line(translator.tokenizer, target, limit, 1,
                                                    with_words=True)
   if not source_ids or not target_ids:
     raise ValueError("source and target must both have words")
-  inputs = batch.source_rows([source_ids], 1, cfg.max_len)
-  targets = batch.source_rows([target_ids], 1, cfg.max_len)
+  inputs = sentence_batches.source_rows([source_ids], 1, cfg.max_len)
+  targets = sentence_batches.source_rows([target_ids], 1, cfg.max_len)
   weights = alignment.cross_attention(cfg, translator.params, inputs, targets, layer=layer,
                                       head=head)[0]       # [tgt, src]
   weights = weights[:len(target_ids) + 1, :len(source_ids) + 1]

@@ -13,8 +13,7 @@ import pytest
 from formats import check_well_formed
 from t2t_jax.decoding import beam_search
 from t2t_jax.decoding import topk
-from t2t_jax.decoding.batch import strip_eos
-from t2t_jax.ids import EOS_ID, PAD_ID
+from t2t_jax.ids import EOS_ID, PAD_ID, strip_eos
 from t2t_jax.model import decode_cache
 
 STATES = 97  # hidden states of the toy step function

@@ -4,7 +4,7 @@ import pytest
 
 import agreement
 import trained
-from t2t_jax.decoding import batch
+from t2t_jax.inference import sentence_batches
 from t2t_jax.inference import translator as inference
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import workdir as workdir_lib
@@ -19,7 +19,7 @@ def ours(trained_workdir):
   tokenizer = inference.load_tokenizer(trained_workdir)
   sources = trained.held_out_sources(n)
   ids = [tokenizer.encode(s) for s in sources]             # EOS-terminated
-  outputs = batch.decode_ids(cfg, params, [i[:-1] for i in ids], beam_size=4, alpha=0.0,
-                             batch_size=n)                # one batch: one compilation
+  outputs = sentence_batches.decode_ids(cfg, params, [i[:-1] for i in ids], beam_size=4,
+                                        alpha=0.0, batch_size=n)   # one batch: one compilation
   assert sum(len(set(o)) > 2 for o in outputs) > n // 2   # real sentences
   return cfg, params, tokenizer, sources, ids, outputs

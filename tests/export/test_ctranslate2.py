@@ -14,11 +14,11 @@ import pytest
 
 import agreement
 import trained
-from t2t_jax.decoding import batch
 from t2t_jax.decoding import beam_search
 from t2t_jax.export import ctranslate2 as ct2_export
 from t2t_jax.export import engines
 from t2t_jax.export import loading
+from t2t_jax.inference import sentence_batches
 from t2t_jax.model import transformer as model
 
 
@@ -66,8 +66,8 @@ def _recipe(ctranslate2, transformers, directory, texts, beam_size, limits=None)
 
 
 def _ours(cfg, params, ids, beam_size):
-  return batch.decode_ids(cfg, params, [i[:-1] for i in ids], beam_size=beam_size, alpha=0.0,
-                          batch_size=len(ids))
+  return sentence_batches.decode_ids(cfg, params, [i[:-1] for i in ids], beam_size=beam_size,
+                                     alpha=0.0, batch_size=len(ids))
 
 
 def test_the_documented_recipe_gives_our_translations(extras, ours, trained_workdir, tmp_path):

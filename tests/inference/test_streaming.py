@@ -11,8 +11,8 @@ import formats
 from t2t_jax import configs
 from t2t_jax.data import demo
 from t2t_jax.data import vocab
-from t2t_jax.decoding import batch
 from t2t_jax.decoding import ensemble
+from t2t_jax.decoding import search as search_lib
 from t2t_jax.ids import EOS_ID
 from t2t_jax.inference import streaming
 from t2t_jax.model import transformer as model
@@ -52,7 +52,7 @@ def _distinct_lines(tokenizer, count):
 
 def test_thousands_of_lines_stream_in_order_in_bounded_memory(members, tokenizer):
   distinct = _distinct_lines(tokenizer, 40) + [""]
-  search = batch.Search.from_config(CFG)
+  search = search_lib.Search.from_config(CFG)
   reference = {line: t.text for line, t in zip(distinct, streaming.translate_stream(
       members, tokenizer, distinct, search=search, batch_size=64))}
   assert reference[""] == ""
@@ -83,7 +83,7 @@ def test_blank_and_long_lines(members, tokenizer):
   long_line = " ".join(["the old man saw the small dog"] * 6)
   out = list(streaming.translate_stream(
       members, tokenizer, ["", "  ", "the dog", long_line], warn=warnings.append,
-      search=batch.Search.from_config(CFG), batch_size=4,
+      search=search_lib.Search.from_config(CFG), batch_size=4,
       alignments=streaming.Alignments()))
   assert [t.text for t in out[:2]] == ["", ""]
   assert out[0].hypotheses == [streaming.Hypothesis("", 0.0, [])]
@@ -93,7 +93,7 @@ def test_blank_and_long_lines(members, tokenizer):
 
 def test_nbest_and_alignment_formats(members, tokenizer):
   lines = ["the dog sleeps", "", "yesterday the old man saw the small dog", "a house"]
-  search = batch.Search.from_config(CFG, beam_size=3, n_best=3)
+  search = search_lib.Search.from_config(CFG, beam_size=3, n_best=3)
   out = list(streaming.translate_stream(members, tokenizer, lines, search=search, batch_size=2,
                                         alignments=streaming.Alignments(layer=0)))
   one_best = list(streaming.translate_stream(members, tokenizer, lines, search=search,

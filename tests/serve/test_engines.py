@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from t2t_jax import inference
-from t2t_jax.decoding import batch
+from t2t_jax.decoding import search as search_lib
 from t2t_jax.serve import app as app_lib
 from t2t_jax.serve import engines
 
@@ -85,8 +85,8 @@ def test_the_ctranslate2_engine_asks_for_our_limits_and_min_len(trained_workdir)
   engine.model = Recorder()
   lines = LINES[:3]
   engine.translate(lines, engines.Settings(beam_size=4))
-  search = batch.Search.from_config(translator.cfg, max_len_a=1.5)
-  limits = [batch.output_limits(np.ones((1, len(translator.tokenizer.encode(line))), np.int32),
+  search = search_lib.Search.from_config(translator.cfg, max_len_a=1.5)
+  limits = [search_lib.output_limits(np.ones((1, len(translator.tokenizer.encode(line))), np.int32),
                                 search.max_decode_extra, 1.5, translator.cfg.max_len)[1][0]
             for line in lines]
   asked = sorted(limit for n, options in calls for limit in [options["max_decoding_length"]] * n)

@@ -1,0 +1,56 @@
+"""The uncached reference decoder: the whole decoder rerun on the prefix at every step.
+
+    cache, step_fn = uncached_decoder(cfg.model, params, inputs, max_len)
+    tokens, scores = beam_search.beam_search(step_fn, cache, beam_size=4, max_len=max_len)
+
+It exists to check that the incremental cache changes nothing (the same tokens:
+`programs.decode_batch(cached=False)`, tests/decoding/test_uncached.py) and to
+measure what the cache saves (benchmarks/bench_decode.py --uncached).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+
+from t2t_jax import configs
+from t2t_jax.decoding import beam_search
+from t2t_jax.ids import EOS_ID
+from t2t_jax.model import transformer
+
+Array = jax.Array
+
+
+def uncached_decoder(cfg: configs.ModelConfig, params: Any, inputs: Array,
+                     max_len: int) -> tuple[Any, beam_search.StepFn]:
+  """A (cache, step_fn) pair that reruns the whole decoder on the prefix every step.
+
+  The encoder runs once (as with the cache); each step then applies the
+  teacher-forced `Transformer.decode` to all `max_len` positions and reads one.
+  """
+  batch = inputs.shape[0]
+  encoded = transformer.Transformer(cfg).apply({"params": params}, inputs,
+                                               method=transformer.Transformer.encode)
+  state = {"inputs": inputs, "prefix": jnp.zeros((batch, max_len), jnp.int32), "encoded": encoded}
+  return state, functools.partial(uncached_step, cfg, params)
+
+
+def uncached_step(cfg: configs.ModelConfig, params: Any, state: dict, tokens: Array,
+                  position: Array) -> tuple[Array, dict]:
+  """One step of `uncached_decoder`'s step function: logits [rows, vocab] at `position`."""
+  # `tokens` is the output at position - 1 (the model shifts targets right itself).
+  written = jax.lax.dynamic_update_index_in_dim(
+      state["prefix"], tokens, jnp.maximum(position - 1, 0), axis=1)
+  prefix = jnp.where(position == 0, state["prefix"], written)
+  # The teacher-forced decoder hides target positions holding padding; any
+  # non-zero id at `position` keeps the query real (its value is never read).
+  targets = jax.lax.dynamic_update_index_in_dim(
+      prefix, jnp.full_like(tokens, EOS_ID), position, axis=1)
+  logits = transformer.Transformer(cfg).apply(
+      {"params": params}, state["encoded"], state["inputs"], targets,
+      method=transformer.Transformer.decode)                           # [rows, max_len, vocab]
+  next_logits = jax.lax.dynamic_index_in_dim(logits, position, axis=1, keepdims=False)
+  return next_logits, {**state, "prefix": prefix}

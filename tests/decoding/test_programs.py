@@ -1,0 +1,134 @@
+"""The compiled programs on a tiny model: chunks and shared cross-attention change nothing, an
+ensemble of copies is the model, samples are seeded per sentence, a run field compiles no
+decoding program again, and the warm-up leaves nothing to compile."""
+
+import dataclasses
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+import tiny
+from formats import check_well_formed
+from t2t_jax.decoding import alignment
+from t2t_jax.decoding import beam_search
+from t2t_jax.decoding import ensemble
+from t2t_jax.decoding import programs
+from t2t_jax.decoding import search as search_lib
+from t2t_jax.model import transformer
+
+TINY = tiny.TINY
+
+
+@pytest.fixture(scope="module")
+def member():
+  return ensemble.Member(TINY, tiny.params(peaked=True))
+
+
+def _inputs(seed, lengths):
+  return tiny.rows(tiny.sources(seed, lengths))
+
+
+def test_two_identical_members_search_like_one(member):
+  # One member's step function is the model's own; two average their probabilities.
+  inputs = _inputs(0, [7, 3, 0, 5])
+  search = search_lib.Search.from_config(TINY, n_best=2)
+  tokens, scores = programs.decode_batch([member], inputs, search)
+  assert tokens.shape[:2] == scores.shape == (4, 2)
+  assert (tokens[:, 0] != 0).sum(1).max() > 2  # the model says more than EOS
+  pair_tokens, pair_scores = programs.decode_batch([member, member], inputs, search)
+  np.testing.assert_array_equal(pair_tokens, tokens)
+  np.testing.assert_allclose(pair_scores, scores, rtol=1e-5)
+  with pytest.raises(ValueError, match="cached=False"):
+    programs.decode_batch([member, member], inputs, search, cached=False)
+
+
+def test_samples_are_sorted_reproducible_and_independent_of_the_batch(member):
+  inputs = _inputs(1, [6, 2, 5, 4])
+  search = search_lib.Search.from_config(TINY, sample=True, n_best=3, seed=5)
+  tokens, scores = programs.decode_batch([member], inputs, search, ids=[10, 11, 12, 13])
+  assert tokens.shape[:2] == scores.shape == (4, 3)
+  assert np.all(np.diff(scores, axis=1) <= 0)
+  assert len({tuple(t) for t in tokens.reshape(12, -1)}) > 4  # samples, not copies
+  order = [2, 0, 3, 1]
+  moved, moved_scores = programs.decode_batch([member], inputs[order], search,
+                                              ids=[12, 10, 13, 11])
+  np.testing.assert_array_equal(moved, tokens[order])
+  np.testing.assert_allclose(moved_scores, scores[order], rtol=1e-6)
+  other, _ = programs.decode_batch([member], inputs, dataclasses.replace(search, seed=6),
+                                   ids=[10, 11, 12, 13])
+  assert not np.array_equal(other, tokens)
+
+
+def test_top_1_samples_are_the_greedy_output(member):
+  inputs = _inputs(2, [5, 3])
+  greedy, _ = programs.decode_batch([member], inputs,
+                                    search_lib.Search.from_config(TINY, beam_size=1, alpha=0.0))
+  samples, _ = programs.decode_batch(
+      [member], inputs, search_lib.Search.from_config(TINY, sample=True, top_k=1, n_best=2))
+  np.testing.assert_array_equal(samples, np.repeat(greedy, 2, axis=1))
+
+
+def test_shared_and_chunked_searches_equal_the_tiled_reference(monkeypatch):
+  """Cross-attention shared by the beams and a cache grown in chunks change nothing."""
+  params = tiny.params()
+  inputs = jnp.asarray(tiny.rows(tiny.sources(2, [7, 3, 0, 5])))
+  max_len = 14
+  max_lens = jnp.array([14, 10, 7, 12])  # source length (EOS included) + 6, as decode_batch
+
+  @functools.partial(jax.jit, static_argnames=("shared", "chunks"))
+  def search(inputs, shared, chunks):
+    cache = transformer.init_cache(TINY, params, inputs, max_len)
+    return beam_search.beam_search(functools.partial(transformer.decode_step, TINY, params),
+                                   cache, beam_size=3, alpha=0.6, max_len=max_len,
+                                   max_lens=max_lens, n_best=3, chunks=chunks, shared=shared)
+
+  ref_tokens, ref_scores = search(inputs, shared=False, chunks=None)
+  check_well_formed(ref_tokens, np.asarray(max_lens))
+  for shared, chunks in ((True, None), (True, (2, 4, 8))):
+    tokens, scores = search(inputs, shared=shared, chunks=chunks)
+    np.testing.assert_array_equal(tokens, ref_tokens)
+    np.testing.assert_allclose(scores, ref_scores, rtol=1e-5)
+  # decode_batch runs the chunks as programs of their own: the same again.
+  monkeypatch.setattr(programs, "chunk_lengths", lambda max_len: [2, 4, 8, max_len])
+  tokens, scores = programs.decode_batch([ensemble.Member(TINY, params)], inputs,
+                                         search_lib.Search.from_config(TINY, n_best=3))
+  np.testing.assert_array_equal(tokens, ref_tokens)
+  np.testing.assert_allclose(scores, ref_scores, rtol=1e-5)
+
+
+def test_a_run_field_compiles_no_decoding_program_again(member, monkeypatch):
+  """Decoding programs take cfg.model: configs differing in a training field share them."""
+  monkeypatch.setattr(programs, "chunk_lengths", lambda max_len: [2, 4, max_len])  # _run runs too
+  # pylint: disable=protected-access
+  compiled_programs = {"_start": programs._start, "_run": programs._run,
+                       "_sample": programs._sample, "_cross_attention": alignment._cross_attention}
+  inputs = _inputs(4, [5, 2])
+
+  def decode_all(cfg):
+    one = ensemble.Member(cfg, member.params)
+    programs.decode_batch([one], inputs, search_lib.Search.from_config(cfg))
+    programs.decode_batch([one], inputs, search_lib.Search.from_config(cfg, sample=True, n_best=2))
+    alignment.cross_attention(cfg, member.params, inputs, inputs)
+    return {name: program._cache_size() for name, program in compiled_programs.items()}
+
+  compiled = decode_all(TINY)
+  assert all(compiled.values()), compiled  # the counts see the programs compiled so far
+  assert decode_all(TINY.replace(eval_every_steps=7, num_train_steps=11, seed=3)) == compiled
+
+
+def test_compile_beam_programs_leaves_nothing_to_compile_for_a_batch_of_its_shape(member,
+                                                                                 monkeypatch):
+  """What a server's warm-up relies on: every chunk's program, though it decodes nothing."""
+  monkeypatch.setattr(programs, "chunk_lengths", lambda max_len: [2, 4, max_len])  # 3 programs
+  jax.clear_caches()   # programs earlier tests compiled would hide one it misses
+  beam_programs = (programs._start, programs._run)  # pylint: disable=protected-access
+  inputs = _inputs(4, [5, 2])
+  search = search_lib.Search.from_config(TINY)
+  assert programs.compile_beam_programs([member], *inputs.shape, search) == 3
+  compiled = [program._cache_size() for program in beam_programs]
+  tokens, _ = programs.decode_batch([member], inputs, search)
+  assert (tokens[:, 0] != 0).sum(1).max() > 4       # the search ran past the chunks at 2 and 4
+  assert [program._cache_size() for program in beam_programs] == compiled
