@@ -41,6 +41,13 @@ _CUDNN_ATTENTION = re.compile(r'custom_call_target="__cudnn\$fmha[^"]*"')
 # assignment copying a weight into the TPU's on-chip memory in pieces; libtpu emits
 # them for v5e, not v5p). predict.py prices each at 0: libtpu's cost model says -1 s.
 _SLICED_PREFETCH = re.compile(r'custom_call_target="ConcatBitcast"')
+# An all-reduce instruction (synchronous, or the start of an asynchronous one) and its
+# result type: one array or a tuple of them ("(f32[512,2048]{1,0}, f32[512]{0})").
+_ALL_REDUCE = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.*?)\s+all-reduce(?:-start)?\(",
+                         re.MULTILINE)
+_ARRAY = re.compile(r"\b(pred|[suf]8|[suf]16|bf16|[suf]32|[suf]64)\[([\d,]*)\]")
+_BYTES = {"pred": 1, "s8": 1, "u8": 1, "f8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2,
+          "s32": 4, "u32": 4, "f32": 4, "s64": 8, "u64": 8, "f64": 8}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,6 +57,7 @@ class Program:
   cost: dict[str, float]          # compiled.cost_analysis(): "flops", "bytes accessed", ...
   cudnn_attention_calls: int      # cuDNN fused-attention kernels in the program
   sliced_prefetches: int = 0      # TPU: ConcatBitcast custom calls (predict.micro_step_seconds)
+  all_reduce_bytes: int = 0       # what the all-reduces of one run of the program reduce
   hlo: str = dataclasses.field(repr=False, default="")
 
 
@@ -71,6 +79,32 @@ def optimized_cost(compiled) -> dict[str, float]:
   return _jax.hlo_module_cost_analysis(jax.devices("cpu")[0].client, module)
 
 
+def all_reduce_bytes(hlo: str) -> int:
+  """Bytes of the results of the all-reduces in an optimized HLO module's text.
+
+  Each is counted once, as the program text has it (an all-reduce inside a loop
+  body would count once, not once per iteration; the train step reduces its
+  accumulated gradients once, after the micro-steps' loop).
+  """
+  total = 0
+  for result in _ALL_REDUCE.findall(hlo):
+    for dtype, dims in _ARRAY.findall(result):
+      total += _BYTES[dtype] * int(np.prod([int(d) for d in dims.split(",") if d]))
+  return total
+
+
+def analyse(compiled) -> Program:
+  """What the compiler says about a compiled program (`lowered.compile()`), per device."""
+  stats = compiled.memory_analysis()
+  cost = optimized_cost(compiled)
+  hlo = compiled.as_text()
+  return Program(memory.StepMemory(stats.argument_size_in_bytes, stats.output_size_in_bytes,
+                                   stats.alias_size_in_bytes, stats.temp_size_in_bytes),
+                 {k: float(v) for k, v in (cost or {}).items()},
+                 len(_CUDNN_ATTENTION.findall(hlo)), len(_SLICED_PREFETCH.findall(hlo)),
+                 all_reduce_bytes(hlo), hlo)
+
+
 def _program(lowered) -> Program:
   # Compile-only executables cannot be read back from JAX's persistent cache (no
   # client to load them into), so none is written there: no compile is slow enough.
@@ -81,13 +115,7 @@ def _program(lowered) -> Program:
     compiled = lowered.compile()
   finally:
     jax.config.update(name, previous)
-  stats = compiled.memory_analysis()
-  cost = optimized_cost(compiled)
-  hlo = compiled.as_text()
-  return Program(memory.StepMemory(stats.argument_size_in_bytes, stats.output_size_in_bytes,
-                                   stats.alias_size_in_bytes, stats.temp_size_in_bytes),
-                 {k: float(v) for k, v in (cost or {}).items()},
-                 len(_CUDNN_ATTENTION.findall(hlo)), len(_SLICED_PREFETCH.findall(hlo)), hlo)
+  return analyse(compiled)
 
 
 def mesh(target: Target) -> jax.sharding.Mesh:

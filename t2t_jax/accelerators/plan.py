@@ -21,27 +21,33 @@ from t2t_jax.configs import TransformerConfig
 from t2t_jax.data.buckets import bucket_lengths
 
 
-def _micro_batch(cfg: TransformerConfig, target: Target, length: int) -> tuple[int, int, int]:
+def row_length(cfg: TransformerConfig) -> int:
+  """The experiment's longest rows (packed rows, or the last bucket): the step compiled."""
+  return bucket_lengths(max(cfg.max_source_length, cfg.max_target_length))[-1]
+
+
+def micro_batch(cfg: TransformerConfig, devices: int, length: int) -> tuple[int, int, int]:
   """(rows, max_tokens_per_device, accum_steps) of the config's explicit micro-batch."""
   tokens = cfg.max_tokens_per_device
   rows = max(1, tokens // length)
-  accum = max(1, math.ceil(cfg.tokens_per_batch / (target.devices * tokens)))
+  accum = max(1, math.ceil(cfg.tokens_per_batch / (devices * tokens)))
   return rows, tokens, accum
 
 
 def plan(cfg: TransformerConfig, target: Target, decode: bool = True) -> dict[str, Any]:
   """t2t-compile's figures for `cfg` on `target`; every time and rate is predicted."""
-  length = bucket_lengths(max(cfg.max_source_length, cfg.max_target_length))[-1]
+  length = row_length(cfg)
   budget = int(target.memory_bytes * (1.0 - cfg.memory_margin))
   if cfg.max_tokens_per_device is None:
     fit = aot.fit(cfg, target, length, packed=cfg.packing)
     rows, tokens, accum = fit.rows, fit.max_tokens_per_device, fit.accum_steps
   else:
-    rows, tokens, accum = _micro_batch(cfg, target, length)
+    rows, tokens, accum = micro_batch(cfg, target.devices, length)
   train = aot.compile_train_step(cfg, target, rows, length, packed=cfg.packing)
   try:
     guess = predict.predict(cfg, target, train.cost, rows, length, accum,
-                            train.cudnn_attention_calls, train.sliced_prefetches)
+                            train.cudnn_attention_calls, train.sliced_prefetches,
+                            train.all_reduce_bytes)
   except ValueError as e:  # the memory figures stand without a time prediction
     guess, why = None, str(e)
   out: dict[str, Any] = {
@@ -61,13 +67,18 @@ def plan(cfg: TransformerConfig, target: Target, decode: bool = True) -> dict[st
       "tpu_cost_model_optimal_seconds": None if target.is_gpu else train.cost.get(
           "optimal_seconds"),
       "tpu_sliced_prefetches": train.sliced_prefetches,
+      "all_reduce_bytes": train.all_reduce_bytes,
+      # The assumed bandwidth that prices the all-reduce (predict.ALL_REDUCE_ASSUMPTIONS).
+      "interconnect_bytes_per_s": target.interconnect_bandwidth,
       "num_train_steps": cfg.num_train_steps,
   }
   if guess is None:
     out.update(prediction_basis=f"none: {why}", predicted_step_s=None)
   else:
-    out.update(prediction_basis=guess.basis, predicted_step_s=guess.step_s,
+    out.update(prediction_basis=guess.basis, prediction_assumptions=predict.assumptions(guess),
+               predicted_step_s=guess.step_s,
                predicted_step_s_lower_bound=guess.lower_bound_s,
+               predicted_all_reduce_s=guess.all_reduce_s,
                predicted_tokens_per_s=guess.tokens_per_s, predicted_mfu=guess.mfu,
                predicted_hours_to_num_train_steps=guess.hours_to_steps)
   evaluation = aot.compile_eval_step(cfg, target, rows, length)

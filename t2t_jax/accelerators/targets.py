@@ -3,9 +3,10 @@
     target = targets.get("h100")
     topology = targets.topology(target)        # compile-only devices, on any host
 
-A target is what a user rents: a GPU (one device per program here; data
-parallelism over several GPUs runs the same per-device program) or a Cloud TPU
-slice (`v5e-8`, `v5p-8`), whose topology JAX's TPU compiler takes by name. Its
+A target is what a user rents: a GPU (`h100`), one host of several GPUs
+(`8xh100`, the paper's 8 GPUs: the data-parallel program with its gradient
+all-reduce, over NVLink) or a Cloud TPU slice (`v5e-8`, `v5p-8`), whose topology
+JAX's TPU compiler takes by name. Its
 figures are the vendors' datasheet numbers per JAX device; they drive the
 predictions of predict.py, never a measurement. Adding a target is one entry
 of `TARGETS` (a GPU also needs its `_GPU_SPECS` text).
@@ -41,6 +42,10 @@ class Target:
   memory_bytes: int             # HBM one device's programs may use
   memory_bandwidth: float       # HBM bytes/s, one device
   topology: str = ""            # TPU: the name get_topology_desc takes ("v5p:2x2x1")
+  # Bytes/s one device sends (and receives) to the others in an all-reduce; None: one device,
+  # or a TPU slice (whose cost model prices its collectives).
+  interconnect_bandwidth: Optional[float] = None
+  peak_tflops: Optional[float] = None  # overrides train/flops.py's table (a local CPU, say)
 
   @property
   def is_gpu(self) -> bool:
@@ -49,16 +54,21 @@ class Target:
   @property
   def peak_bf16_flops(self) -> float:
     """Dense 16-bit matmul peak of one device: train/flops.py's table, the one the trainer's MFU uses."""
-    return flops.peak_flops(self.device_kind, "bfloat16")
+    return flops.peak_flops(self.device_kind, "bfloat16", self.peak_tflops)
 
 
 # Memory and bandwidth: NVIDIA datasheets (H100 SXM5 80GB: 3.35 TB/s; A100 SXM4 80GB:
 # 2.04 TB/s; the byte counts as XLA's GPU spec files) and Google Cloud's TPU system
 # architecture pages (v5e: 16 GiB, 819 GB/s per chip; v5p: 95 GiB, 2765 GB/s). Peaks
 # come from flops.PEAK_TFLOPS by device kind. A v5p chip is one JAX device (megacore):
-# "v5p-8" counts TensorCores, 4 chips; "v5e-8" is 8 chips.
+# "v5p-8" counts TensorCores, 4 chips; "v5e-8" is 8 chips. NVLink: an H100 SXM5 has 18
+# NVLink 4 links, 900 GB/s in both directions together, so 450 GB/s each way; in an HGX
+# H100 8-GPU board every GPU reaches every other through NVSwitch at that rate.
+NVLINK_H100_BYTES_PER_S = 450e9
 TARGETS: dict[str, Target] = {t.name: t for t in (
     Target("h100", "cuda", "NVIDIA H100 80GB HBM3", 1, 84_942_979_072, 3.35232e12),
+    Target("8xh100", "cuda", "NVIDIA H100 80GB HBM3", 8, 84_942_979_072, 3.35232e12,
+           interconnect_bandwidth=NVLINK_H100_BYTES_PER_S),
     Target("a100", "cuda", "NVIDIA A100-SXM4-80GB", 1, 85_100_068_864, 2.03904e12),
     Target("v5e-8", "tpu", "TPU v5 lite", 8, 16 * GiB, 819e9, topology="v5e:2x4"),
     Target("v5e-4", "tpu", "TPU v5 lite", 4, 16 * GiB, 819e9, topology="v5e:2x2"),
@@ -93,10 +103,10 @@ dnn_version_info {{ major: 9 minor: 8 patch: 0 }}
 device_description_str: "{kind}"
 """
 
-_GPU_SPECS: dict[str, dict] = {
-    "h100": dict(smem_core=233472, cores=132, fpus=128, bandwidth=3352320000000, l2=52428800,
+_GPU_SPECS: dict[str, dict] = {  # by device kind
+    "NVIDIA H100 80GB HBM3": dict(smem_core=233472, cores=132, fpus=128, bandwidth=3352320000000, l2=52428800,
                  clock=1.98, memory=84942979072, smem_optin=232448, cc_major=9, cc_minor=0),
-    "a100": dict(smem_core=167936, cores=108, fpus=64, bandwidth=2039040000000, l2=41943040,
+    "NVIDIA A100-SXM4-80GB": dict(smem_core=167936, cores=108, fpus=64, bandwidth=2039040000000, l2=41943040,
                  clock=1.41, memory=85100068864, smem_optin=166912, cc_major=8, cc_minor=0),
 }
 
@@ -109,7 +119,7 @@ def get(name: str) -> Target:
 
 def gpu_target_config(target: Target) -> str:
   """The `GpuTargetConfigProto` text the CUDA compiler builds `target`'s programs for."""
-  return _GPU_SPEC.format(kind=target.device_kind, **_GPU_SPECS[target.name])
+  return _GPU_SPEC.format(kind=target.device_kind, **_GPU_SPECS[target.device_kind])
 
 
 # The package that brings each platform's compiler (the `accelerators` extra of setup.py).

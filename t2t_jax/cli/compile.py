@@ -3,13 +3,15 @@ predicts what a run there needs (t2t-compile; accelerators/plan.py).
 
     t2t-compile --target=h100 --config=base --config.dtype=bfloat16
     t2t-compile --target=v5p-8 --config=big --config.dtype=bfloat16 --config.max_tokens_per_device=12800
+    t2t-compile --target=8xh100 --config=big --config.dtype=bfloat16   # the paper's 8 GPUs
 
 Run it before renting a machine: it says whether the experiment's step fits in
 the device's memory, the largest --config.max_tokens_per_device that does and
 the micro-steps the 25000-token update then takes, and the predicted step time,
 tokens/s, MFU and hours to the config's num_train_steps. Every time and rate is
 PREDICTED by the compiler on this host (TPU: XLA's cost model; GPU: a roofline,
-whose assumptions are printed), never measured. The last line on stdout is
+and on 8xh100 the gradient all-reduce at an assumed NVLink bandwidth, the
+assumptions printed), never measured. The last line on stdout is
 one JSON object with these figures. Needs the compilers: pip install -e '.[accelerators]'.
 """
 
@@ -55,9 +57,10 @@ def _summary(report: dict) -> list[str]:
     lines.append(
         f"PREDICTED ({r['prediction_basis']}, not measured): {r['predicted_step_s']:.3f} s per "
         f"update, {r['predicted_tokens_per_s']:,.0f} tokens/s, MFU {100 * r['predicted_mfu']:.1f}%, "
-        f"{r['predicted_hours_to_num_train_steps']:.1f} h to {r['num_train_steps']} steps")
-  if r["prediction_basis"] == "gpu_roofline":
-    lines.append(predict.GPU_ASSUMPTIONS)
+        f"{r['predicted_hours_to_num_train_steps']:.1f} h to {r['num_train_steps']} steps"
+        + (f", of which the all-reduce of {r['all_reduce_bytes'] / 2**20:.0f} MiB "
+           f"{r['predicted_all_reduce_s']:.4f} s" if r["predicted_all_reduce_s"] else ""))
+    lines.extend(r["prediction_assumptions"])
   if r["tpu_sliced_prefetches"]:
     lines.append(f"{r['tpu_sliced_prefetches']} sliced prefetches, raw optimal_seconds "
                  f"{r['tpu_cost_model_optimal_seconds']:g}: {predict.SLICED_PREFETCH_NOTE}")

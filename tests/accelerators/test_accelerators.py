@@ -220,3 +220,61 @@ def test_compile_command_prints_the_figures_last(capsys):
   assert report["tpu_cost_model_optimal_seconds"] is None  # not a GPU figure
   assert any(line.startswith("PREDICTED") for line in out)
   assert any("roofline" in line for line in out[:-1])
+
+
+def test_all_reduce_bytes_are_read_from_the_program():
+  devices = jax.devices()
+  if len(devices) < 2:
+    pytest.skip("needs several devices (XLA_FLAGS=--xla_force_host_platform_device_count=8)")
+  mesh = jax.sharding.Mesh(np.array(devices), ("x",))
+  reduce = jax.jit(jax.shard_map(lambda a, b: jax.lax.psum((a, b), "x"), mesh=mesh,
+                                 in_specs=jax.sharding.PartitionSpec(),
+                                 out_specs=jax.sharding.PartitionSpec()))
+  compiled = reduce.lower(jnp.ones((3, 5), jnp.float32), jnp.ones((7,), jnp.int16)).compile()
+  # (A bfloat16 operand would be reduced in float32 by the CPU backend: the program's bytes count.)
+  assert aot.analyse(compiled).all_reduce_bytes == 3 * 5 * 4 + 7 * 2
+
+
+def test_all_reduce_is_priced_as_a_ring_on_several_gpus_only():
+  eight = targets.get("8xh100")
+  assert predict.all_reduce_seconds(eight, 450_000_000) == pytest.approx(2 * 7 / 8 * 1e-3)
+  assert predict.all_reduce_seconds(targets.get("h100"), 450_000_000) == 0.0
+  cost = {"flops": 1e12, "bytes accessed": 1e9}
+  one = predict.predict(SMALL, eight, cost, rows=4, length=32, accum_steps=2)
+  reduced = predict.predict(SMALL, eight, cost, rows=4, length=32, accum_steps=2,
+                            all_reduce_bytes=450_000_000)
+  # Once per update, not per micro-step.
+  assert reduced.step_s == pytest.approx(one.step_s + 2 * 7 / 8 * 1e-3)
+  assert reduced.basis == "gpu_roofline+all_reduce" and one.basis == "gpu_roofline"
+  assert any("NVLink" in a for a in predict.assumptions(reduced))
+  assert not any("NVLink" in a for a in predict.assumptions(one))
+
+
+@NO_CUDA
+def test_eight_h100_program_all_reduces_the_gradients():
+  from t2t_jax.model import transformer  # pylint: disable=import-outside-toplevel
+  eight = targets.get("8xh100")
+  train = aot.compile_train_step(SMALL, eight, rows=4, length=32)
+  params = jax.eval_shape(lambda: transformer.init_params(SMALL, jax.random.key(0)))
+  gradient_bytes = sum(x.size * 4 for x in jax.tree.leaves(params))  # float32 gradients
+  # The gradients, and the loss sums beside them (a few scalars).
+  assert gradient_bytes <= train.all_reduce_bytes <= gradient_bytes + 64
+  assert train.cudnn_attention_calls == 6 * SMALL.num_layers
+  assert 0 < train.memory.peak < eight.memory_bytes
+
+
+@NO_CUDA
+def test_compile_command_prices_the_all_reduce_of_eight_gpus(capsys):
+  from t2t_jax.cli import compile as compile_cli  # pylint: disable=import-outside-toplevel
+  compile_cli.main(["--target=8xh100", "--config=base", "--config.num_layers=1",
+                    "--config.d_model=64", "--config.d_ff=128", "--config.num_heads=4",
+                    "--config.vocab_size=256", "--config.dtype=bfloat16", "--no-decode",
+                    "--config.max_source_length=32", "--config.max_target_length=32",
+                    "--config.tokens_per_batch=2048"])
+  report = json.loads(capsys.readouterr().out.strip().splitlines()[-1])
+  assert report["devices"] == 8 and report["rows_per_micro_step"] == 8  # 2048 / 8 / 32
+  assert report["prediction_basis"] == "gpu_roofline+all_reduce"
+  assert report["interconnect_bytes_per_s"] == 450e9
+  assert report["predicted_all_reduce_s"] == pytest.approx(
+      2 * 7 / 8 * report["all_reduce_bytes"] / 450e9)
+  assert any("NVLink" in a for a in report["prediction_assumptions"])
