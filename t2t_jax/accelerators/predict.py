@@ -49,12 +49,13 @@ class Prediction:
   tokens_per_s: float        # target tokens of full rows, all devices
   mfu: float                 # model FLOPs / (step time x devices x peak)
   hours_to_steps: float      # to cfg.num_train_steps updates
-  basis: str  # "xla_tpu_cost_model[+sliced_prefetch_correction]", "gpu_roofline[+all_reduce]"
+  basis: str  # "xla_tpu_cost_model[+sliced_prefetch_correction]", "[gpu_]roofline[+all_reduce]"
 
 
 def assumptions(prediction: Prediction) -> list[str]:
   """The stated assumptions behind `prediction` (none for a TPU's cost model)."""
-  out = [GPU_ASSUMPTIONS] if prediction.basis.startswith("gpu_roofline") else []
+  # A CPU's roofline (t2t-compile --measure with given figures) assumes what a GPU's does.
+  out = [GPU_ASSUMPTIONS] if "roofline" in prediction.basis else []
   return out + ([ALL_REDUCE_ASSUMPTIONS] if prediction.all_reduce_s else [])
 
 
@@ -109,7 +110,8 @@ def micro_step_seconds(cost: dict[str, float], target: Target, extra_flops: floa
                      "table); give one with --config.peak_tflops")
   compute = (cost.get("flops", 0.0) + extra_flops) / target.peak_bf16_flops
   memory = cost.get("bytes accessed", 0.0) / target.memory_bandwidth
-  return compute + memory, max(compute, memory), "gpu_roofline"
+  basis = "gpu_roofline" if target.is_gpu else "roofline"
+  return compute + memory, max(compute, memory), basis
 
 
 def all_reduce_seconds(target: Target, reduced_bytes: int) -> float:

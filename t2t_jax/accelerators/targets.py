@@ -104,10 +104,12 @@ device_description_str: "{kind}"
 """
 
 _GPU_SPECS: dict[str, dict] = {  # by device kind
-    "NVIDIA H100 80GB HBM3": dict(smem_core=233472, cores=132, fpus=128, bandwidth=3352320000000, l2=52428800,
-                 clock=1.98, memory=84942979072, smem_optin=232448, cc_major=9, cc_minor=0),
-    "NVIDIA A100-SXM4-80GB": dict(smem_core=167936, cores=108, fpus=64, bandwidth=2039040000000, l2=41943040,
-                 clock=1.41, memory=85100068864, smem_optin=166912, cc_major=8, cc_minor=0),
+    "NVIDIA H100 80GB HBM3": dict(
+        smem_core=233472, cores=132, fpus=128, bandwidth=3352320000000, l2=52428800,
+        clock=1.98, memory=84942979072, smem_optin=232448, cc_major=9, cc_minor=0),
+    "NVIDIA A100-SXM4-80GB": dict(
+        smem_core=167936, cores=108, fpus=64, bandwidth=2039040000000, l2=41943040,
+        clock=1.41, memory=85100068864, smem_optin=166912, cc_major=8, cc_minor=0),
 }
 
 

@@ -4,6 +4,7 @@ predicts what a run there needs (t2t-compile; accelerators/plan.py).
     t2t-compile --target=h100 --config=base --config.dtype=bfloat16
     t2t-compile --target=v5p-8 --config=big --config.dtype=bfloat16 --config.max_tokens_per_device=12800
     t2t-compile --target=8xh100 --config=big --config.dtype=bfloat16   # the paper's 8 GPUs
+    t2t-compile --measure --config=base --config.dtype=bfloat16        # on this host's devices
 
 Run it before renting a machine: it says whether the experiment's step fits in
 the device's memory, the largest --config.max_tokens_per_device that does and
@@ -13,6 +14,14 @@ PREDICTED by the compiler on this host (TPU: XLA's cost model; GPU: a roofline,
 and on 8xh100 the gradient all-reduce at an assumed NVLink bandwidth, the
 assumptions printed), never measured. The last line on stdout is
 one JSON object with these figures. Needs the compilers: pip install -e '.[accelerators]'.
+
+`--measure` instead runs the same training step on the devices this process
+has (a GPU, a TPU, or the CPU) and times `--measure_steps` updates after
+`--measure_warmup`, then the beam search of a fixed batch: MEASURED figures
+(`step_s`, `tokens_per_s`, `mfu`, `peak_bytes`, `"measured": true`), beside
+the prediction for the program that ran on this device kind (`predicted`, or
+null and why: `prediction_unavailable`) and `measured_over_predicted`
+(accelerators/measure.py). It needs no compiler extra.
 """
 
 from __future__ import annotations
@@ -22,6 +31,7 @@ from typing import Optional, Sequence
 
 import jax
 
+from t2t_jax.accelerators import measure as measure_lib
 from t2t_jax.accelerators import plan as plan_lib
 from t2t_jax.accelerators import predict
 from t2t_jax.accelerators import targets
@@ -31,8 +41,16 @@ from t2t_jax.train.memory import GiB
 
 def _parser():
   parser = cli.parser("t2t-compile", __doc__, config="base")
-  parser.add_argument("--target", required=True, type=targets.get,
-                      help=f"one of {', '.join(targets.TARGETS)}")
+  parser.add_argument("--target", type=targets.get,
+                      help=f"one of {', '.join(targets.TARGETS)} (or --measure)")
+  parser.add_argument("--measure", action="store_true",
+                      help="time the training and decoding steps on this process's devices")
+  parser.add_argument("--measure_steps", type=int, default=10, help="updates timed")
+  parser.add_argument("--measure_warmup", type=int, default=2, help="updates run before")
+  parser.add_argument("--memory_bandwidth_gbs", type=float, default=None,
+                      help="--measure on a device kind without datasheet figures (a CPU): "
+                           "its memory bandwidth in GB/s, which with --config.peak_tflops "
+                           "gives the roofline prediction")
   parser.add_argument("--decode", action="store_true", default=True,
                       help="also compile the cached decoding step (the default)")
   parser.add_argument("--no-decode", dest="decode", action="store_false")
@@ -67,9 +85,49 @@ def _summary(report: dict) -> list[str]:
   return lines
 
 
+def _measured_summary(report: dict) -> list[str]:
+  r, d = report, report["decode"]
+  lines = [
+      f"MEASURED on {r['devices']} x {r['device_kind']} ({r['platform']}, jax "
+      f"{r['jax_version']}), dtype {r['dtype']}: {r['micro_steps']} micro-step(s) of "
+      f"{r['rows_per_micro_step']} rows x {r['row_length']} tokens per device",
+      f"training: {r['step_s']:.4f} s per update (mean of {r['timed_updates']} after "
+      f"{r['warmup_updates']} warm-up), {r['tokens_per_s']:,.0f} tokens/s, MFU "
+      + ("n/a (no peak known)" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%")
+      + f", peak {r['peak_bytes'] / GiB:.3f} GiB ({r['peak_bytes_source']})",
+      f"decoding: beam {d['beam_size']}, {d['sentences']} sentences of {d['source_tokens']} "
+      f"tokens: {d['sentences_per_s']:.1f} sentences/s, {d['target_tokens_per_s']:,.0f} target "
+      f"tokens/s (best of the runs after the first, {d['first_run_s']:.1f} s with compilation)",
+  ]
+  g = r["predicted"]
+  if g is None:
+    return lines + [f"no prediction: {r['prediction_unavailable']}"]
+  ratio = r["measured_over_predicted"]["step_s"]
+  return lines + [
+      f"PREDICTED for {g['target']} ({g['basis']}): {g['step_s']:.4f} s per update; "
+      f"measured / predicted step time {ratio:.2f}"] + g["assumptions"]
+
+
+def _measure(args) -> dict:
+  cfg = cli.config(args)
+  bandwidth = None if args.memory_bandwidth_gbs is None else args.memory_bandwidth_gbs * 1e9
+  report = measure_lib.measure(cfg, args.measure_steps, args.measure_warmup,
+                               memory_bandwidth=bandwidth)
+  for line in _measured_summary(report):
+    print(line)
+  print(json.dumps(report), flush=True)
+  return report
+
+
 @cli.command
 def main(argv: Optional[Sequence[str]] = None) -> dict:
-  args = _parser().parse_args(argv)
+  parser = _parser()
+  args = parser.parse_args(argv)
+  if args.measure == (args.target is not None):
+    parser.error("give --target=NAME (predict for an accelerator) or --measure (time this "
+                 "process's devices), one of them")
+  if args.measure:
+    return _measure(args)
   # The host only traces and compiles: its own backend is the CPU, even on a machine
   # with a GPU or TPU (which would otherwise be opened, and its memory taken).
   jax.config.update("jax_platforms", "cpu")

@@ -18,20 +18,27 @@
 `bleu_scores` computes the three with their signatures (the command
 `python -m t2t_jax.cli.bleu bleu` prints them for two files: cli/bleu.py);
 `decode_and_score` translates a test set with a model's params and scores it.
+Without sacremoses (a plain JAX GPU host may lack it) the `paper` score is
+None, its signature saying why, and the two sacreBLEU scores stand: a long
+training run never fails at its end for want of a tokeniser.
 """
 
 from __future__ import annotations
 
 import functools
+import logging
 import os
 import re
 import time
 from typing import Any, Optional, Sequence
 
 import sacrebleu
-import sacremoses
 
 from t2t_jax.inference import translator as inference
+
+log = logging.getLogger(__name__)
+NO_SACREMOSES = ("not computed: sacremoses is not installed (pip install sacremoses, or bring "
+                 "its wheel: README \"Measuring on a GPU host\")")
 
 # What replace-unicode-punctuation.perl does to quotes, plus get_ende_bleu.sh's „ rule.
 _QUOTES = str.maketrans({"„": '"', "“": '"', "”": '"', "’": "'"})
@@ -39,9 +46,18 @@ _QUOTES = str.maketrans({"„": '"', "“": '"', "”": '"', "’": "'"})
 _COMPOUND = re.compile(r"(\S)-(\S)")
 
 
+def _sacremoses() -> Any:
+  """The sacremoses module, or None where it is not installed."""
+  try:
+    import sacremoses  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    return None
+  return sacremoses
+
+
 @functools.lru_cache(maxsize=None)
-def _moses(lang: str) -> sacremoses.MosesTokenizer:
-  return sacremoses.MosesTokenizer(lang=lang)
+def _moses(lang: str) -> Any:
+  return _sacremoses().MosesTokenizer(lang=lang)
 
 
 def paper_tokenize(line: str, lang: str) -> str:
@@ -52,7 +68,7 @@ def paper_tokenize(line: str, lang: str) -> str:
 
 def _paper_signature(lang: str) -> str:
   return (f"nrefs:1|case:mixed|eff:no|tok:moses-{lang}+atat|quotes:t2t|smooth:none|"
-          f"bleu:multi-bleu|sacremoses:{sacremoses.__version__}|version:{sacrebleu.__version__}")
+          f"bleu:multi-bleu|sacremoses:{_sacremoses().__version__}|version:{sacrebleu.__version__}")
 
 
 def _score(bleu: sacrebleu.metrics.BLEU, hyps: Sequence[str], refs: Sequence[str],
@@ -71,14 +87,18 @@ def bleu_scores(hyps: Sequence[str], refs: Sequence[str], lang: str) -> dict[str
   if len(hyps) != len(refs):
     raise ValueError(f"{len(hyps)} hypothesis lines but {len(refs)} reference lines; "
                      "they must pair up one to one")
-  paper_hyps = [paper_tokenize(line, lang) for line in hyps]
-  paper_refs = [paper_tokenize(line, lang) for line in refs]
-  return {
+  scores = {
       "sacrebleu": _score(sacrebleu.metrics.BLEU(tokenize="13a"), hyps, refs),
       "sacrebleu_intl": _score(sacrebleu.metrics.BLEU(tokenize="intl"), hyps, refs),
-      "paper": _score(sacrebleu.metrics.BLEU(tokenize="none", smooth_method="none", force=True),
-                      paper_hyps, paper_refs, _paper_signature(lang)),
   }
+  if _sacremoses() is None:
+    log.warning("paper-style BLEU %s", NO_SACREMOSES)
+    return {**scores, "paper": {"score": None, "signature": NO_SACREMOSES, "details": None}}
+  paper_hyps = [paper_tokenize(line, lang) for line in hyps]
+  paper_refs = [paper_tokenize(line, lang) for line in refs]
+  paper = _score(sacrebleu.metrics.BLEU(tokenize="none", smooth_method="none", force=True),
+                 paper_hyps, paper_refs, _paper_signature(lang))
+  return {**scores, "paper": paper}
 
 
 def decode_and_score(cfg, params: Any, tokenizer, sources: Sequence[str], references: Sequence[str],

@@ -6,7 +6,8 @@
 
 Only the main process writes (`enabled=False` elsewhere makes every call a no-op).
 `metrics.jsonl` holds one JSON object per record; TensorBoard events go to
-`workdir/tb`, one scalar per field.
+`workdir/tb`, one scalar per field, where tensorboardX is installed (a plain
+JAX GPU host may lack it: then a warning, and metrics.jsonl alone).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def truncate(path: str | os.PathLike, last_step: int) -> None:
 
 
 def _summary_writer(directory: str, purge_step: int | None) -> Any:
-  """tensorboardX's SummaryWriter, imported without torch.
+  """tensorboardX's SummaryWriter, imported without torch; None without tensorboardX.
 
   tensorboardX imports torch whenever it is installed, only to accept torch
   tensors; this package writes Python floats and never imports torch (seconds
@@ -60,6 +61,10 @@ def _summary_writer(directory: str, purge_step: int | None) -> Any:
     sys.modules["torch"] = None  # makes `import torch` raise ImportError
   try:
     from tensorboardX import SummaryWriter  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    log.warning("tensorboardX is not installed: no TensorBoard events, metrics go to %s "
+                "alone (pip install tensorboardX for them)", METRICS_FILE)
+    return None
   finally:
     if hidden:
       del sys.modules["torch"]
@@ -72,6 +77,7 @@ class MetricsWriter:
   def __init__(self, workdir: str | os.PathLike, start_step: int = 0, enabled: bool = True):
     """`start_step`: the step the run resumes from (0: a fresh run; later lines are dropped)."""
     self.path = pathlib.Path(workdir) / METRICS_FILE
+    self._enabled = enabled
     self._tb = None
     if enabled:
       truncate(self.path, start_step)
@@ -80,14 +86,15 @@ class MetricsWriter:
 
   def write(self, record: dict[str, Any]) -> None:
     """One record: "step" (int) and named numbers."""
-    if self._tb is None:
+    if not self._enabled:
       return
     with open(self.path, "a") as f:
       f.write(json.dumps(record) + "\n")
-    for name, value in record.items():
-      if name != "step":
-        self._tb.add_scalar(name, value, record["step"])
-    self._tb.flush()
+    if self._tb is not None:
+      for name, value in record.items():
+        if name != "step":
+          self._tb.add_scalar(name, value, record["step"])
+      self._tb.flush()
     text = ", ".join(f"{k} {v:.4g}" for k, v in record.items() if k != "step")
     log.info("step %d: %s", record["step"], text)
 
