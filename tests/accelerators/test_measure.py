@@ -120,8 +120,11 @@ def test_training_and_decoding_run_without_tensorflow_or_optional_packages():
       from t2t_jax.train import metrics_writer
       from t2t_jax.inference import bleu
       import tempfile
-      writer = metrics_writer.MetricsWriter(tempfile.mkdtemp())
+      workdir = tempfile.mkdtemp()
+      writer = metrics_writer.MetricsWriter(workdir)
       writer.write({{"step": 1, "loss": 2.0}})
+      with open(workdir + "/metrics.jsonl") as f:
+        assert json.loads(f.read()) == {{"step": 1, "loss": 2.0}}
       scores = bleu.bleu_scores(["a b c d"], ["a b c d"], "de")
       assert scores["paper"]["score"] is None and round(scores["sacrebleu"]["score"]) == 100
       from t2t_jax.cli import compile
