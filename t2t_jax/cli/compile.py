@@ -1,5 +1,6 @@
 """Compiles the training, eval and decoding steps for an accelerator this host lacks, and
-predicts what a run there needs (t2t-compile; accelerators/plan.py).
+predicts what a run there needs (t2t-compile; accelerators/plan.py), or with --measure
+times them on this host's own devices beside the prediction (accelerators/measure.py).
 
     t2t-compile --target=h100 --config=base --config.dtype=bfloat16
     t2t-compile --target=v5p-8 --config=big --config.dtype=bfloat16 --config.max_tokens_per_device=12800
