@@ -1,5 +1,6 @@
 """Shared test setup: 8 virtual CPU devices, as in the paper's 8-GPU machine."""
 
+import importlib
 import os
 
 import pytest
@@ -17,6 +18,10 @@ from t2t_jax.runtime import compile_cache  # noqa: E402  (after the environment 
 
 compile_cache.enable()
 
+import extras as extras_lib  # noqa: E402  (tests/extras.py; the fixture below is `extras`)
+# Under T2T_JAX_REQUIRE_EXTRAS (CI) a skip for something not installed fails.
+from extras import pytest_make_collect_report, pytest_runtest_makereport  # noqa: E402,F401
+
 
 @pytest.fixture(scope="session")
 def trained_workdir(tmp_path_factory):
@@ -28,5 +33,5 @@ def trained_workdir(tmp_path_factory):
 @pytest.fixture(scope="session")
 def extras():
   """The export extra's libraries by name; tests that take it skip without them."""
-  return {name: pytest.importorskip(name) for name in
-          ("torch", "transformers", "safetensors", "ctranslate2")}
+  extras_lib.skip_if_missing("export")
+  return {name: importlib.import_module(name) for name in extras_lib.MODULES["export"]}

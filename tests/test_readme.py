@@ -17,7 +17,10 @@ def test_reuse_example_runs():
 def test_ci_runs_the_readme_test_command():
   commands = re.findall(r"^(XLA_FLAGS=\S+ python3? -m pytest.*)$", README, re.M)
   assert len(commands) == 1, commands
-  assert commands[0] in (ROOT / ".ci" / "run").read_text()
+  ci = (ROOT / ".ci" / "run").read_text()
+  assert commands[0] in ci
+  # CI installs every extra: there a test that skips for one fails (tests/extras.py).
+  assert re.search(r"^export T2T_JAX_REQUIRE_EXTRAS=1$", ci, re.M)
 
 
 def test_first_command_runs_the_demo_script():

@@ -24,12 +24,17 @@ from t2t_jax.model import layers
 from t2t_jax.train import memory, parallel
 from t2t_jax.accelerators import aot, kernels, predict, targets
 
-NO_CUDA = pytest.mark.skipif(
-    not targets.available("cuda"),
-    reason="the CUDA compiler (jax[cuda12]) is absent: pip install -e '.[accelerators]'")
-NO_TPU = pytest.mark.skipif(
-    not targets.available("tpu"),
-    reason="the TPU compiler (libtpu, jax[tpu]) is absent: pip install -e '.[accelerators]'")
+import extras as extras_lib
+
+
+def _needs_compiler(platform: str) -> pytest.MarkDecorator:
+  """Skips without `platform`'s compiler (the accelerators extra), saying how to install it."""
+  reason = extras_lib.missing("accelerators", (targets.COMPILER_PACKAGES[platform],))
+  return pytest.mark.skipif(reason is not None, reason=reason or "")
+
+
+NO_CUDA = _needs_compiler("cuda")
+NO_TPU = _needs_compiler("tpu")
 
 SMALL = configs.get_config("base", num_layers=2, d_model=128, d_ff=256, num_heads=4,
                            vocab_size=512, max_len=64, dtype="bfloat16")

@@ -2,19 +2,17 @@
 
 import pytest
 
-import processes
+import extras as extras_lib
 
-# Lines of at most 6 pieces: with --max_batch 2 they decode in the 2 batch shapes the
-# warm-up compiles ([1 or 2 rows, 8 positions]), so the tests pay for no others.
-LINES = ["I slept.", "We sleep.", "Do we wait?", "They sing.", "She is rich.", "He plays.",
-         "They wait.", "We are big."]
-SERVER_FLAGS = ["--max_batch", "2", "--warmup_pieces", "6", "--max_wait_ms", "20"]
-
+# Every test file here imports the serve extra (FastAPI, uvicorn...) at its top: without
+# it they skip unimported (T2T_JAX_REQUIRE_EXTRAS=1 makes that a failure, as in CI).
+pytest_pycollect_makemodule = extras_lib.skip_modules_without("serve")
 
 @pytest.fixture(scope="session")
 def jax_server(trained_workdir):
   """The process and its (host, port); stopped with SIGTERM at the end (exit status 0)."""
+  import processes  # pylint: disable=import-outside-toplevel  (imports uvicorn: see above)
   process = processes.start(["-m", "t2t_jax.cli.serve", "--workdir", str(trained_workdir),
-                             "--port", "0", *SERVER_FLAGS])
+                             "--port", "0", *processes.SERVER_FLAGS])
   yield process
   assert process.stop() == 0, "".join(process.log[-20:])

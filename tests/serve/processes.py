@@ -15,6 +15,12 @@ from fake_engine import WAIT, request, wait_until
 
 ROOT = __import__("pathlib").Path(__file__).resolve().parents[2]
 
+# Lines of at most 6 pieces: with --max_batch 2 they decode in the 2 batch shapes the
+# warm-up compiles ([1 or 2 rows, 8 positions]), so the tests pay for no others.
+LINES = ["I slept.", "We sleep.", "Do we wait?", "They sing.", "She is rich.", "He plays.",
+         "They wait.", "We are big."]
+SERVER_FLAGS = ["--max_batch", "2", "--warmup_pieces", "6", "--max_wait_ms", "20"]
+
 
 @dataclasses.dataclass
 class Process:

@@ -7,14 +7,14 @@ import math
 
 import jax
 import numpy as np
-import pytest
 
 from t2t_jax import inference
 from t2t_jax.decoding import search as search_lib
 from t2t_jax.serve import app as app_lib
 from t2t_jax.serve import engines
 
-from conftest import LINES
+import extras as extras_lib
+from processes import LINES
 from fake_engine import request, running, wait_until
 
 
@@ -53,7 +53,7 @@ def test_requests_of_the_warmed_shapes_compile_nothing_once_health_is_ready(trai
 
 
 def test_both_engines_bound_each_output_by_max_len_a_and_agree(trained_workdir):
-  pytest.importorskip("ctranslate2")
+  extras_lib.skip_if_missing("export", "ctranslate2")
   # alpha 0: the engines' length penalties agree, so their outputs may be compared.
   translator = inference.Translator(trained_workdir, alpha=0.0, max_decode_extra=1)
   lines = LINES[:4] + ["They wait. We sleep. She is rich. He plays."]
@@ -71,7 +71,7 @@ def test_both_engines_bound_each_output_by_max_len_a_and_agree(trained_workdir):
 
 
 def test_the_ctranslate2_engine_asks_for_our_limits_and_min_len(trained_workdir):
-  pytest.importorskip("ctranslate2")
+  extras_lib.skip_if_missing("export", "ctranslate2")
   translator = inference.Translator(trained_workdir)
   engine = engines.CTranslate2Engine.from_workdir(trained_workdir, translator, batch_size=8,
                                                   max_len_a=1.5)

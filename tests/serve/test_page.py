@@ -6,13 +6,13 @@ import pathlib
 import shutil
 
 import pytest
+from selenium import webdriver
+from selenium.webdriver.common.by import By
+from selenium.webdriver.support.ui import WebDriverWait
 
-from conftest import LINES
+import extras as extras_lib
+from processes import LINES
 from fake_engine import WAIT
-
-webdriver = pytest.importorskip("selenium.webdriver")
-from selenium.webdriver.common.by import By  # noqa: E402
-from selenium.webdriver.support.ui import WebDriverWait  # noqa: E402
 
 # The screenshot the test leaves for a person to look at (T2T_JAX_SCREENSHOTS: another folder).
 SCREENSHOTS = pathlib.Path(os.environ.get("T2T_JAX_SCREENSHOTS", "/tmp/t2t_jax-screenshots"))
@@ -23,10 +23,8 @@ def browser():
   driver_path = shutil.which("chromedriver")
   binary = shutil.which("chromium")
   if driver_path is None or binary is None:
-    if os.environ.get("CI"):
-      pytest.fail("chromium and chromedriver are missing: apt-get install -y chromium "
-                  "chromium-driver")
-    pytest.skip("chromium and chromedriver are not installed")
+    pytest.skip(extras_lib.install_reason("Debian's chromium and chromedriver",
+                                          "apt-get install -y chromium chromium-driver"))
   options = webdriver.ChromeOptions()
   options.binary_location = binary
   for flag in ("--headless=new", "--no-sandbox", "--disable-dev-shm-usage", "--disable-gpu",

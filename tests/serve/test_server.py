@@ -8,12 +8,11 @@ import signal
 import socket
 import threading
 
-import pytest
-
 from t2t_jax import inference
 
+import extras as extras_lib
 import processes
-from conftest import LINES
+from processes import LINES
 from fake_engine import WAIT, request, wait_until
 
 
@@ -58,7 +57,7 @@ def test_the_attention_map_covers_the_pieces_and_its_alignment_the_words(jax_ser
 
 def test_the_ctranslate2_engine_exports_on_first_use_and_agrees_without_length_penalty(
     trained_workdir, tmp_path):
-  pytest.importorskip("ctranslate2")
+  extras_lib.skip_if_missing("export", "ctranslate2")
   workdir = pathlib.Path(trained_workdir)
   server = processes.start(["-m", "t2t_jax.cli.serve", "--workdir", str(workdir), "--port", "0",
                             "--engine", "ctranslate2", "--alpha", "0", "--warmup_pieces", "0"])
