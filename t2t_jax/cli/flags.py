@@ -16,7 +16,9 @@ and what it accepts (with a did-you-mean for a misspelt flag), and exit status 2
 Every parser also has `--version`, `--log_level` and `--quiet` (the level is
 applied when the arguments are parsed; `@cli.command` has set up INFO before).
 
-`@cli.command` wraps a script's `main(argv)`: it sets up logging, and turns the
+`@cli.command` wraps a script's `main(argv)`: it sets up logging, computes on
+the CPU on a host without accelerators unless `--device` or JAX_PLATFORMS says
+otherwise (`platform.cpu_without_accelerators`), and turns the
 ordinary exceptions library code raises on bad input or a failed run
 (OSError, ValueError, FloatingPointError, RuntimeError) into one line on
 stderr and exit status 1, and a run stopped by a signal after saving
@@ -46,6 +48,7 @@ import jax
 import t2t_jax
 from t2t_jax import configs
 from t2t_jax.runtime import multihost
+from t2t_jax.runtime import platform
 from t2t_jax.runtime import preemption
 
 _FIELDS = {f.name: f for f in dataclasses.fields(configs.TransformerConfig)}
@@ -339,6 +342,8 @@ def command(main: Callable[..., Any]) -> Callable[..., Any]:
   @functools.wraps(main)
   def run(argv: Optional[Sequence[str]] = None, *args: Any, **kwargs: Any) -> Any:
     setup_logging()
+    if given_value(sys.argv[1:] if argv is None else argv, "--device") is None:
+      platform.cpu_without_accelerators()  # before JAX starts: no plugin's traceback on a CPU host
     try:
       return main(argv, *args, **kwargs)
     except preemption.Preempted as e:
