@@ -51,9 +51,10 @@ def _chain(error: BaseException) -> Iterator[BaseException]:
 def classify(error: BaseException) -> str:
   """DAMAGED, UNREADABLE or INCOMPATIBLE (see above) for an error raised by a restore.
 
-  Only evidence about the files counts as damage: a missing file (ENOENT), an
-  undecodable JSON metadata file, a missing item, tensorstore's DATA_LOSS,
-  NOT_FOUND or OUT_OF_RANGE (a truncated array file). Any other OSError (also
+  Only evidence about the files counts as damage: a missing file (ENOENT), a
+  JSON metadata file that does not decode (as UTF-8 or as JSON), a missing
+  item, tensorstore's DATA_LOSS, NOT_FOUND or OUT_OF_RANGE (a truncated array
+  file). Any other OSError (also
   one tensorstore reports with its errno), a MemoryError or a timeout is
   UNREADABLE: retried, never set aside.
   """
@@ -63,8 +64,8 @@ def classify(error: BaseException) -> str:
     if isinstance(e, OSError):
       missing = isinstance(e, (FileNotFoundError, NotADirectoryError)) or e.errno in _MISSING
       return DAMAGED if missing else UNREADABLE
-    if isinstance(e, json.JSONDecodeError):
-      return DAMAGED
+    if isinstance(e, (json.JSONDecodeError, UnicodeDecodeError)):
+      return DAMAGED  # a metadata file that is not JSON, or not even text (garbled bytes)
     if isinstance(e, KeyError) and "was not found in the checkpoint" in str(e):
       return DAMAGED  # orbax: an item directory (e.g. `meta`) is missing
     os_error = _OS_ERROR.search(str(e))

@@ -189,7 +189,16 @@ def _garble_metadata(step_dir):
   (step_dir / "state" / "_METADATA").write_text('{"tree_metadata": {')
 
 
-@pytest.mark.parametrize("damage", [_truncate, _drop_meta, _garble_metadata])
+def _garble_every_file(step_dir):
+  """Random bytes in place of every file (a disk or a copy gone wrong), as long as it was."""
+  rng = np.random.default_rng(0)
+  files = [p for p in step_dir.rglob("*") if p.is_file()]
+  assert len(files) > 5, files
+  for path in files:
+    path.write_bytes(rng.bytes(max(path.stat().st_size, 16)))
+
+
+@pytest.mark.parametrize("damage", [_truncate, _drop_meta, _garble_metadata, _garble_every_file])
 def test_corrupt_latest_is_set_aside_and_previous_restored(tmp_path, damage):
   _save_steps(tmp_path, [2, 4, 6])
   directory = tmp_path / "checkpoints"

@@ -11,6 +11,7 @@ from t2t_jax.runtime import read_failures
 @pytest.mark.parametrize("error, kind", [
     (FileNotFoundError(errno.ENOENT, "No such file"), read_failures.DAMAGED),
     (json.JSONDecodeError("Expecting value", "{", 1), read_failures.DAMAGED),
+    (UnicodeDecodeError("utf-8", b"\xae", 0, 1, "invalid start byte"), read_failures.DAMAGED),
     (KeyError('Item "meta" was not found in the checkpoint. Available items: [\'state\']'),
      read_failures.DAMAGED),
     (ValueError('DATA_LOSS: Error reading local file "/c/6/state/d/1": Error decoding b-tree'),
