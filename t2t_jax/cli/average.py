@@ -12,13 +12,14 @@ from typing import Optional, Sequence
 
 import jax
 
+from t2t_jax.cli import exits
 from t2t_jax.cli import flags as cli
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import checkpoint
 from t2t_jax.runtime import workdir as workdir_lib
 
 
-@cli.command
+@exits.command
 def main(argv: Optional[Sequence[str]] = None) -> None:
   parser = cli.parser("t2t-average-checkpoints", __doc__)
   parser.add_argument("--workdir", required=True, help="the training run's work directory")

@@ -12,12 +12,13 @@ import json
 import sys
 from typing import Optional, Sequence
 
+from t2t_jax.cli import exits
 from t2t_jax.cli import flags as cli
 from t2t_jax.data import textio
 from t2t_jax.inference import bleu as evaluate
 
 
-@cli.command
+@exits.command
 def main(argv: Optional[Sequence[str]] = None) -> None:
   parser = cli.parser("python -m t2t_jax.cli.bleu", f"{__doc__}\n{evaluate.__doc__}")
   commands = parser.add_subparsers(dest="command", required=True)

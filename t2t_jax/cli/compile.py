@@ -36,7 +36,9 @@ from t2t_jax.accelerators import measure as measure_lib
 from t2t_jax.accelerators import plan as plan_lib
 from t2t_jax.accelerators import predict
 from t2t_jax.accelerators import targets
+from t2t_jax.cli import exits
 from t2t_jax.cli import flags as cli
+from t2t_jax.runtime import extras
 from t2t_jax.train.memory import GiB
 
 
@@ -120,7 +122,7 @@ def _measure(args) -> dict:
   return report
 
 
-@cli.command
+@exits.command
 def main(argv: Optional[Sequence[str]] = None) -> dict:
   parser = _parser()
   args = parser.parse_args(argv)
@@ -135,7 +137,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
   cfg = cli.config(args)
   problem = targets.missing_compiler(args.target)
   if problem:
-    raise RuntimeError(problem)
+    raise extras.MissingExtraError(problem)
   report = plan_lib.plan(cfg, args.target, decode=args.decode)
   for line in _summary(report):
     print(line)

@@ -15,6 +15,7 @@ import pathlib
 import sys
 from typing import Optional, Sequence
 
+from t2t_jax.cli import exits
 from t2t_jax.cli import flags as cli
 from t2t_jax.export import ctranslate2 as ct2_export
 from t2t_jax.export import huggingface
@@ -22,7 +23,7 @@ from t2t_jax.export import huggingface
 FORMATS = ("huggingface", "ctranslate2")
 
 
-@cli.command
+@exits.command
 def main(argv: Optional[Sequence[str]] = None) -> None:
   parser = cli.parser("t2t-export", __doc__)
   parser.add_argument("--workdir", required=True, help="the training run's work directory")

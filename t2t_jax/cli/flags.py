@@ -1,4 +1,4 @@
-"""The one command line of every script, and the one way a command fails.
+"""The one command line of every script.
 
     parser = cli.parser("t2t-foo", __doc__, config="demo")  # config=None: no config flags
     parser.add_argument("--workdir", ...)                    # the script's own flags
@@ -14,20 +14,8 @@ field, a value of the wrong type) ends the command with one line naming the flag
 and what it accepts (with a did-you-mean for a misspelt flag), and exit status 2.
 
 Every parser also has `--version`, `--log_level` and `--quiet` (the level is
-applied when the arguments are parsed; `@cli.command` has set up INFO before).
-
-`@cli.command` wraps a script's `main(argv)`: it sets up logging, computes on
-the CPU on a host without accelerators unless `--device` or JAX_PLATFORMS says
-otherwise (`platform.cpu_without_accelerators`), and turns the
-ordinary exceptions library code raises on bad input or a failed run
-(OSError, ValueError, FloatingPointError, RuntimeError) into one line on
-stderr and exit status 1, and a run stopped by a signal after saving
-(`preemption.Preempted`) into its one line and exit status 128 + the signal
-number. Anything else is a bug and keeps its traceback. The decisions to end
-a process at once are taken here, not in the library: a second stop signal
-(`preemption.SignalledAgain`); a failure in a multi-process run, which the
-other processes are told of (`multihost.report_failure`) and stop on
-(`stop_for_peer`, given to `multihost.initialize`).
+applied when the arguments are parsed, cli/logs.py; `@exits.command` has set up
+INFO before). How a command ends is cli/exits.py.
 """
 
 from __future__ import annotations
@@ -36,27 +24,18 @@ import argparse
 import dataclasses
 import difflib
 import functools
-import logging
 import os
 import sys
-import traceback
 import typing
 from typing import Any, Callable, Optional, Sequence
 
-import jax
-
 import t2t_jax
 from t2t_jax import configs
-from t2t_jax.runtime import multihost
-from t2t_jax.runtime import platform
-from t2t_jax.runtime import preemption
+from t2t_jax.cli import logs
 
 _FIELDS = {f.name: f for f in dataclasses.fields(configs.TransformerConfig)}
 _HINTS = typing.get_type_hints(configs.TransformerConfig)
 _PREFIX = "config."
-LOG_LEVELS = ("debug", "info", "warning", "error")
-# What a command reports in one line; other exceptions are bugs and keep their traceback.
-USER_ERRORS = (OSError, ValueError, FloatingPointError, RuntimeError)
 
 
 class _Parser(argparse.ArgumentParser):
@@ -88,7 +67,7 @@ class _Parser(argparse.ArgumentParser):
         self.error(f"unknown config field {name!r}{hint}; the fields are in t2t_jax/configs.py")
     if rest:
       self.error(f"unrecognized arguments: {' '.join(rest)}{self._suggestion(rest[0])}")
-    apply_log_level(parsed)
+    logs.apply_log_level(parsed)
     return parsed
 
   def _suggestion(self, arg: str) -> str:
@@ -146,13 +125,6 @@ def _given_preset(args: Sequence[str]) -> Optional[str]:
   return given if given in configs.PRESETS else None
 
 
-def apply_log_level(args: argparse.Namespace) -> None:
-  """--quiet / --log_level, if given, on the root logger (parse_args does this)."""
-  level = "warning" if getattr(args, "quiet", False) else getattr(args, "log_level", None)
-  if level is not None:
-    logging.getLogger().setLevel(level.upper())
-
-
 def _field_type(name: str) -> Callable[[str], Any]:
   """The text -> value function of one config field; its error says what the field accepts."""
   kind, optional = configs._base_type(_HINTS[name])  # pylint: disable=protected-access
@@ -200,7 +172,7 @@ def parser(prog: str, description: Optional[str], config: Optional[str] = None,
               formatter_class=_Formatter)
   p.preset, p.preset_defaults, p.resolve = config, dict(defaults or {}), resolve
   p.add_argument("--version", action="version", version=f"%(prog)s {t2t_jax.__version__}")
-  p.add_argument("--log_level", choices=LOG_LEVELS, default=None,
+  p.add_argument("--log_level", choices=logs.LOG_LEVELS, default=None,
                  help="the least important log lines shown on stderr (default: info)")
   p.add_argument("--quiet", action="store_true",
                  help="warnings and errors only (--log_level=warning)")
@@ -274,100 +246,6 @@ def config(args: argparse.Namespace, defaults: Optional[dict[str, Any]] = None,
            preset: Optional[str] = None) -> configs.TransformerConfig:
   """The preset (`preset` or `--config`), then `defaults`, then the --config.<field> values."""
   return configs.get_config(preset or args.config, **{**(defaults or {}), **overrides(args)})
-
-
-class _StderrHandler(logging.StreamHandler):
-  """Writes to whatever `sys.stderr` is when a line is logged (tests replace it)."""
-
-  def __init__(self):
-    super().__init__()
-    self.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
-
-  @property
-  def stream(self):
-    return sys.stderr
-
-  @stream.setter
-  def stream(self, _):
-    pass
-
-
-def setup_logging() -> None:
-  """INFO lines on stderr with time and module; the libraries' chatter kept to warnings."""
-  root = logging.getLogger()
-  root.setLevel(logging.INFO)
-  if not any(isinstance(h, _StderrHandler) for h in root.handlers):
-    # absl's first log call (orbax logs at import) runs a bare logging.basicConfig();
-    # ours replaces that handler, so every line is printed once, in one format.
-    for handler in list(root.handlers):
-      if type(handler) is logging.StreamHandler and handler.stream in (sys.stderr,
-                                                                        sys.__stderr__):
-        root.removeHandler(handler)
-    root.addHandler(_StderrHandler())
-  # Orbax reports every save step at INFO through absl; keep its warnings only.
-  logging.getLogger("absl").setLevel(logging.WARNING)
-  logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "no TPU" notices
-
-
-def one_line(error: BaseException) -> str:
-  text = str(error).strip()
-  return text.splitlines()[0] if text else type(error).__name__
-
-
-def exit_at_once(line: str, status: int) -> typing.NoReturn:
-  """Prints `line` on stderr and ends the process now, running no exit handler.
-
-  A plain exit would wait: JAX's exit handler waits for every process at a
-  shutdown barrier while the others may wait for this one inside a collective,
-  and orbax's waits for a checkpoint being written.
-  """
-  print(line, file=sys.stderr, flush=True)
-  sys.stdout.flush()
-  os._exit(status)  # pylint: disable=protected-access
-
-
-def fail_together(message: str) -> typing.NoReturn:
-  """Ends this process with status 1 after telling the others, which stop within seconds."""
-  exit_at_once(f"error: {multihost.report_failure(message)}", 1)
-
-
-def stop_for_peer(text: str) -> typing.NoReturn:
-  """`multihost.initialize`'s `on_peer_failure` for commands: this process stops too."""
-  exit_at_once(f"error: stopping process {jax.process_index()} because {text}", 1)
-
-
-def command(main: Callable[..., Any]) -> Callable[..., Any]:
-  """Wraps a script's `main(argv=None)`: logging, and USER_ERRORS as one line + exit status 1."""
-
-  @functools.wraps(main)
-  def run(argv: Optional[Sequence[str]] = None, *args: Any, **kwargs: Any) -> Any:
-    setup_logging()
-    if given_value(sys.argv[1:] if argv is None else argv, "--device") is None:
-      platform.cpu_without_accelerators()  # before JAX starts: no plugin's traceback on a CPU host
-    try:
-      return main(argv, *args, **kwargs)
-    except preemption.Preempted as e:
-      print(one_line(e), file=sys.stderr, flush=True)
-      raise SystemExit(e.exit_code) from None
-    except preemption.SignalledAgain as e:
-      exit_at_once(f"\n{one_line(e)}", e.exit_code)
-    except Exception as e:  # pylint: disable=broad-except
-      if multihost.is_multiprocess():
-        if not isinstance(e, USER_ERRORS):
-          traceback.print_exc()
-        fail_together(one_line(e))  # the other processes stop too, within seconds
-      if isinstance(e, USER_ERRORS):
-        raise SystemExit(f"error: {one_line(e)}") from None
-      raise
-
-  def console() -> None:
-    """The console script's entry point (setup.py: `module:main.console`): `run()` with its
-    value dropped. setuptools' script calls sys.exit(entry()), which would print a
-    returned value (t2t-train's results, t2t-compile's figures) and exit with status 1."""
-    run()
-
-  run.console = console  # type: ignore[attr-defined]
-  return run
 
 
 def parse_config(argv: Sequence[str], preset: str = "demo",

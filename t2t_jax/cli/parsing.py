@@ -14,12 +14,13 @@ from __future__ import annotations
 import json
 from typing import Any, Optional, Sequence
 
+from t2t_jax.cli import exits
 from t2t_jax.cli import flags as cli
 from t2t_jax.recipes import paper
 from t2t_jax.recipes import parsing
 
 
-@cli.command
+@exits.command
 def main(argv: Optional[Sequence[str]] = None,
          prog: str = "python -m t2t_jax.cli.parsing") -> dict[str, Any]:
   parser = cli.parser(prog, f"{__doc__}\n{parsing.__doc__}", config="parsing",

@@ -29,8 +29,10 @@ import logging
 from typing import Optional, Sequence
 
 from t2t_jax import inference
+from t2t_jax.cli import exits
 from t2t_jax.cli import flags as cli
 from t2t_jax.runtime import compile_cache
+from t2t_jax.runtime import extras
 
 log = logging.getLogger("t2t-serve")
 
@@ -85,7 +87,7 @@ def _engine(args: argparse.Namespace, translator: inference.Translator, max_batc
                                                 max_len_a=args.max_len_a)
 
 
-@cli.command
+@exits.command
 def main(argv: Optional[Sequence[str]] = None) -> None:
   args = _parser().parse_args(argv)
   try:
@@ -93,7 +95,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     from t2t_jax.serve import engines  # pylint: disable=import-outside-toplevel
     from t2t_jax.serve import protocol  # pylint: disable=import-outside-toplevel
   except ImportError as e:
-    raise RuntimeError(f"{e}: the serve extra is not installed: pip install -e .[serve]") from None
+    raise extras.MissingExtraError(
+        f"{e}: the serve extra is not installed: {extras.install('serve')}") from None
   compile_cache.enable()
   translator = inference.Translator(args.checkpoint or args.workdir, average=args.average,
                                     **cli.search_overrides(args))

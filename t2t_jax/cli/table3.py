@@ -24,11 +24,12 @@ import pathlib
 from typing import Any, Optional, Sequence
 
 from t2t_jax import configs
+from t2t_jax.cli import exits
 from t2t_jax.cli import flags as cli
 from t2t_jax.recipes import table3
 
 
-@cli.command
+@exits.command
 def main(argv: Optional[Sequence[str]] = None,
          prog: str = "python -m t2t_jax.cli.table3") -> list[dict[str, Any]]:
   rows = ", ".join(table3.ROWS)

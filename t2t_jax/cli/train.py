@@ -42,6 +42,7 @@ import sys
 import textwrap
 from typing import Any, Optional, Sequence
 
+from t2t_jax.cli import exits
 from t2t_jax.cli import flags as cli
 from t2t_jax.recipes import experiment
 from t2t_jax.recipes import finetune
@@ -91,7 +92,7 @@ def _config_given(argv: Sequence[str]) -> bool:
   return any(arg == "--config" or arg.startswith("--config=") for arg in argv)
 
 
-@cli.command
+@exits.command
 def main(argv: Optional[Sequence[str]] = None, prog: str = "t2t-train", pair: str = "ende",
          doc: Optional[str] = __doc__) -> dict[str, Any]:
   """`pair` ("ende", "enfr") is the WMT14 scripts' language pair (experiment.pair_preset)."""
@@ -118,12 +119,12 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "t2t-train", pair: st
   if cli.joins_processes(args):
     # Before anything touches JAX's devices.
     multihost.initialize(args.coordinator_address, args.num_processes, args.process_id,
-                         on_peer_failure=cli.stop_for_peer)
+                         on_peer_failure=exits.stop_for_peer)
     if not multihost.is_main():
       logging.getLogger().setLevel(logging.WARNING)  # process 0 tells the story
   if args.finetune_from is not None:  # loads params: after joining the processes
     init_params = finetune.start(cfg, args.finetune_from, workdir)
-  # A failure in one process ends them all (cli.command); a preemption stops every
+  # A failure in one process ends them all (exits.command); a preemption stops every
   # process after the same step.
   results = experiment.run(cfg, workdir, init_params)
   if multihost.is_main():

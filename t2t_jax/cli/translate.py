@@ -59,6 +59,7 @@ from typing import Any, BinaryIO, Iterator, Optional, Sequence
 import tqdm
 
 from t2t_jax import configs
+from t2t_jax.cli import exits
 from t2t_jax.cli import flags as cli
 from t2t_jax.data import textio
 from t2t_jax.decoding import in_flight
@@ -199,7 +200,7 @@ def _search_settings(args: argparse.Namespace) -> dict[str, Any]:
   return settings
 
 
-@cli.command
+@exits.command
 def main(argv: Optional[Sequence[str]] = None) -> None:
   args = parse_args(argv)
   if not pathlib.Path(args.workdir).is_dir():

@@ -266,7 +266,8 @@ def generate(num_pairs: int, seed: int = 0, min_words: int = 3,
   while len(pairs) < num_pairs:
     attempts += 1
     if attempts > 20 * num_pairs + 1000:
-      raise RuntimeError(f"could not generate {num_pairs} distinct pairs")
+      raise ValueError(f"could not generate {num_pairs} distinct pairs in {attempts - 1} "
+                       f"attempts (max_words={max_words}); ask for fewer pairs")
     en_words, de_words, end = gen.sentence()
     en, de = render(en_words, end), render(de_words, end)
     n_en, n_de = en.count(" ") + 1, de.count(" ") + 1

@@ -2,7 +2,7 @@
 
     cfg, params, spm_path = load_workdir(workdir)     # the averaged params, else the latest
     tokens = vocabulary(spm_path, cfg.vocab_size)     # token string by id
-    torch = require("torch")                          # or MissingExtrasError: pip install -e .[export]
+    torch = require("torch")                          # or MissingExtraError: pip install -e .[export]
 
 The export libraries (transformers, torch, safetensors, ctranslate2) are imported
 only inside the functions that need them, through `require`, so that the core
@@ -20,25 +20,19 @@ from t2t_jax.data import vocab
 from t2t_jax.export import weights
 from t2t_jax.inference import translator as inference
 from t2t_jax.runtime import averaging
+from t2t_jax.runtime import extras
 from t2t_jax.runtime import workdir as workdir_lib
 
 PLACEHOLDER = "<unused{}>"   # vocabulary entry of an id the SentencePiece model lacks
 _EXTRAS = "the export extras are not installed: run  pip install -e .[export]"
 
 
-class MissingExtrasError(ImportError, RuntimeError):
-  """An export library is missing; the message says how to install it.
-
-  A RuntimeError too, so that a command reports it in one line (cli/flags.py).
-  """
-
-
 def require(module: str) -> Any:
-  """The module, or MissingExtrasError saying how to install the export extras."""
+  """The module, or MissingExtraError saying how to install the export extras."""
   try:
     return __import__(module, fromlist=["_"])
   except ImportError as e:
-    raise MissingExtrasError(f"cannot import {module} ({e}); {_EXTRAS}") from None
+    raise extras.MissingExtraError(f"cannot import {module} ({e}); {_EXTRAS}") from None
 
 
 def load_workdir(workdir: str | os.PathLike, average: bool = True

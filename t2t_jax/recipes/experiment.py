@@ -23,6 +23,7 @@ from t2t_jax.data import dataset as data
 from t2t_jax.inference import bleu as evaluate
 from t2t_jax.recipes import paper
 from t2t_jax.runtime import averaging
+from t2t_jax.runtime import lock
 from t2t_jax.runtime import multihost
 from t2t_jax.runtime import workdir as workdir_lib
 from t2t_jax.train import trainer as train
@@ -39,16 +40,16 @@ def run(cfg: configs.TransformerConfig, workdir: str | os.PathLike,
   None and no test.hyp is written. `init_params` start a new run from given
   params (fine-tuning, recipes/finetune.py).
   Raises ValueError if `workdir` holds a run with an incompatible config,
-  workdir_lock.WorkdirBusyError if another run uses it, and
+  lock.WorkdirBusyError if another run uses it, and
   preemption.Preempted (after saving) on SIGTERM or Ctrl-C during training. In a
   multi-process run every process calls it; process 0 writes the files.
   """
   workdir = pathlib.Path(workdir)
-  lock = train.lock_workdir(workdir)
+  run_lock = lock.lock_workdir(workdir)
   try:
     return _run(cfg, workdir, init_params)
   finally:
-    lock.release()
+    run_lock.release()
 
 
 def _run(cfg: configs.TransformerConfig, workdir: pathlib.Path,

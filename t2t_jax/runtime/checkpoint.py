@@ -340,7 +340,7 @@ class Checkpointer:
     with a warning, and the older one is used. A checkpoint that cannot be read
     now (I/O error, permissions, memory) is tried again after each of
     `retry_delays_s`, then CheckpointUnreadableError names the step, the file and
-    the cause; anything else (e.g. the config changed) raises RuntimeError. In
+    the cause; anything else (e.g. the config changed) raises ValueError. In
     both cases, and when every step is damaged, nothing moves. In a multi-process
     run every process reads each step, they pool their outcomes, and all of them
     act on the same, worst, one: the same step restored, or the same error.
@@ -367,13 +367,13 @@ class Checkpointer:
               "file system or free memory, then run the same command again to resume from "
               f"step {step}")
         if failure.kind == INCOMPATIBLE:
-          raise RuntimeError(
+          raise ValueError(
               f"{failure.where()}checkpoint step {step} in {self.directory} does not restore "
               f"into the given state ({failure.cause}); nothing was moved. If the config "
               "changed, use a new workdir; if the files are damaged, move the step away")
         damaged.append((step, failure))
     details = "; ".join(f"step {s}: {f.where()}{f.file}: {f.cause}" for s, f in damaged)
-    raise RuntimeError(
+    raise ValueError(
         f"every checkpoint in {self.directory} is damaged ({details}); nothing was moved. "
         "Delete them to start again, or use a new workdir")
 

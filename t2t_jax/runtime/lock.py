@@ -20,7 +20,8 @@ A lock is stale, and is taken over with a warning, when
 Taking over happens under a file lock, so two processes that find the same
 stale lock cannot both take it. Within one process the lock is re-entrant (the
 experiment holds it around training, which takes it again). On several hosts,
-only one process (e.g. process 0) should take the run lock; the others do not.
+only one process should take the run lock: `lock_workdir(workdir)` has process
+0 take it and every process of the run agree on the outcome.
 
 Build lock: `build_once(path, build, lock_dir)` makes `path` exactly once
 among processes sharing a work directory (several runs, or the hosts of one
@@ -45,6 +46,8 @@ import socket
 import tempfile
 import threading
 from typing import Callable, Iterator, Optional, TypeVar
+
+from t2t_jax.runtime import multihost
 
 log = logging.getLogger(__name__)
 
@@ -315,3 +318,25 @@ class RunLock:
 
   def __exit__(self, *exc_info) -> None:
     self.release()
+
+
+def lock_workdir(workdir: str | os.PathLike) -> RunLock:
+  """The work directory's run lock, taken by process 0; the caller releases it.
+
+  Raises WorkdirBusyError, naming the running process, on every process of this
+  run when another run holds the lock. Re-entrant: the experiment holds it
+  around training, and the Trainer takes it again.
+  """
+  lock = RunLock(workdir)
+
+  def take() -> str:
+    try:
+      lock.acquire()
+    except WorkdirBusyError as e:
+      return str(e)
+    return ""
+
+  refusal = multihost.agree("run_lock", take)
+  if refusal:
+    raise WorkdirBusyError(refusal)
+  return lock

@@ -7,7 +7,7 @@ default device. For "cpu" it also keeps JAX from starting the accelerators at
 all (their memory stays free for other processes) when called before JAX has
 started any. A kind JAX does not find is a ValueError that says what it found.
 
-    platform.cpu_without_accelerators()   # commands, before JAX starts (cli.command)
+    platform.cpu_without_accelerators()   # commands, before JAX starts (exits.command)
 
 On a host with no accelerator's device file, JAX computes on the CPU anyway, but
 the CUDA and TPU plugins (the `accelerators` extra, installed for t2t-compile)

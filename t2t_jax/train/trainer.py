@@ -35,7 +35,7 @@ import tqdm
 from t2t_jax.configs import TransformerConfig
 from t2t_jax.data import dataset as data
 from t2t_jax.runtime import checkpoint
-from t2t_jax.runtime import lock as workdir_lock
+from t2t_jax.runtime import lock
 from t2t_jax.runtime import multihost
 from t2t_jax.runtime import preemption
 from t2t_jax.train import flops as flops_lib
@@ -90,7 +90,7 @@ class _Window:
     self.learning_rate = metrics["learning_rate"]
 
 
-class DeviceMemoryError(RuntimeError):
+class DeviceMemoryError(MemoryError):
   """A training or eval step needed more device memory than there is; says what to lower."""
 
 
@@ -105,28 +105,6 @@ def out_of_memory_message(cfg: TransformerConfig, error: BaseException) -> str:
               f"each update still holds tokens_per_batch={cfg.tokens_per_batch} tokens, "
               "in more accumulation steps)")
   return f"out of device memory ({what}); {advice}"
-
-
-def lock_workdir(workdir: str | os.PathLike) -> workdir_lock.RunLock:
-  """The work directory's run lock, taken by process 0; the caller releases it.
-
-  Raises WorkdirBusyError, naming the running process, on every process of this
-  run when another run holds the lock. Re-entrant: the experiment holds it
-  around training, and the Trainer takes it again.
-  """
-  lock = workdir_lock.RunLock(workdir)
-
-  def take() -> str:
-    try:
-      lock.acquire()
-    except workdir_lock.WorkdirBusyError as e:
-      return str(e)
-    return ""
-
-  refusal = multihost.agree("run_lock", take)
-  if refusal:
-    raise workdir_lock.WorkdirBusyError(refusal)
-  return lock
 
 
 class Trainer:
@@ -153,7 +131,7 @@ class Trainer:
     self.peak = flops_lib.peak_flops(self.device_kind, cfg.dtype, cfg.peak_tflops)
     self.train_iter = self.ckpt = self.writer = self.lock = None
     try:
-      self.lock = lock_workdir(self.workdir)
+      self.lock = lock.lock_workdir(self.workdir)
       self._setup(dataset, init_params)
     except BaseException:
       self.close()

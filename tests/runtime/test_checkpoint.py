@@ -222,7 +222,7 @@ def test_incompatible_target_raises_and_moves_nothing(tmp_path):
   _save_steps(tmp_path, [1, 2])
   wrong = _state(0).replace(params={"embed": jnp.zeros((41, 16))})
   with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:
-    with pytest.raises(RuntimeError, match="new workdir"):
+    with pytest.raises(ValueError, match="new workdir"):
       ckpt.restore_latest(wrong)
   assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["1", "2"]
 

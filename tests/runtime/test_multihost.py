@@ -23,9 +23,9 @@ ROOT = pathlib.Path(__file__).parents[2]
 # count and the process id come from the environment, as a launcher would set them.
 _DRIVER = """
 import pathlib, sys, time
-from t2t_jax.cli import flags as cli
+from t2t_jax.cli import exits
 from t2t_jax.runtime import multihost
-multihost.initialize(heartbeat_timeout_s=int(sys.argv[3]), on_peer_failure=cli.stop_for_peer)
+multihost.initialize(heartbeat_timeout_s=int(sys.argv[3]), on_peer_failure=exits.stop_for_peer)
 import jax, jax.numpy as jnp
 mode, scratch = sys.argv[1], pathlib.Path(sys.argv[2])
 me = jax.process_index()
@@ -43,7 +43,7 @@ total = psum(jnp.full(jax.local_device_count(), me + 1.0))
 print("psum", float(total[0]), jax.device_count(), flush=True)
 print("ready", flush=True)
 
-@cli.command  # ends every process when one fails; the library only raises
+@exits.command  # ends every process when one fails; the library only raises
 def loop(argv):
   for step in range(10**9):
     if mode == "fail" and me == 1 and step == 3:

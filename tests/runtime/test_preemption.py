@@ -13,12 +13,12 @@ from t2t_jax.runtime import preemption
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 # A command looping over 0.1 s "steps"; on a stop request it "saves" for argv[1] seconds
-# and stops. cli.command turns what the library raises into the exit.
+# and stops. exits.command turns what the library raises into the exit.
 _LOOP = """
 import sys, time
-from t2t_jax.cli import flags as cli
+from t2t_jax.cli import exits
 from t2t_jax.runtime import preemption
-@cli.command
+@exits.command
 def main(argv):
   save_seconds = float(argv[0])
   with preemption.StopSignals() as stop:

@@ -5,7 +5,7 @@ import pathlib
 import sys
 import time
 
-from t2t_jax.cli import flags as cli
+from t2t_jax.cli import logs
 from t2t_jax.serve import app as app_lib
 
 from fake_engine import FakeEngine
@@ -25,7 +25,7 @@ class FileGate:
 
 
 if __name__ == "__main__":
-  cli.setup_logging()
+  logs.setup_logging()
   engine = FakeEngine()
   engine.gate = FileGate(pathlib.Path(sys.argv[1]))
   app_lib.serve(app_lib.create_app(engine, app_lib.Options(max_wait=0.0, workers=1)),

@@ -34,13 +34,13 @@ _DETERMINISTIC = ("train_loss", "train_nll", "train_accuracy", "train_perplexity
                   "eval_perplexity")
 
 # Reports which step each process restored, without relying on train/trainer.py's log text;
-# runs through cli.command, as the scripts do (one-line errors, exit statuses). With a
+# runs through exits.command, as the scripts do (one-line errors, exit statuses). With a
 # third argument, a file name: waits after reading step PAUSE_AT's metrics until that file
 # exists.
 _DRIVER = """
 import json, os, sys, time
 from t2t_jax import configs
-from t2t_jax.cli import flags as cli
+from t2t_jax.cli import exits
 from t2t_jax.runtime import checkpoint
 from t2t_jax.train import trainer as train
 restore = checkpoint.Checkpointer.restore_latest
@@ -58,7 +58,7 @@ if len(sys.argv) > 3:
       while not os.path.exists(sys.argv[3]):
         time.sleep(0.02)
   train.Trainer.read_metrics = pause
-@cli.command
+@exits.command
 def main(argv):
   train.train_and_evaluate(configs.get_config("demo", **json.loads(sys.argv[1])), sys.argv[2])
   print("FINISHED", flush=True)
