@@ -33,7 +33,9 @@ from t2t_jax.accelerators import plan
 from t2t_jax.accelerators import predict
 from t2t_jax.accelerators import targets
 from t2t_jax.configs import TransformerConfig
-from t2t_jax.decoding import batch as decoding
+from t2t_jax.decoding import ensemble
+from t2t_jax.decoding import programs
+from t2t_jax.decoding import search as search_lib
 from t2t_jax.ids import EOS_ID
 from t2t_jax.model import transformer
 from t2t_jax.train import flops
@@ -170,8 +172,9 @@ def decode_speed(cfg: TransformerConfig, sentences: int, repeats: int = 3,
   inputs[:, -1] = EOS_ID
   # Each output's limit is its source's length (max_len_a=1, no extra), and no EOS comes
   # before it (min_len): random weights would otherwise stop at random lengths.
-  run = functools.partial(decoding.translate_batch, cfg, params, inputs, beam_size=DECODE_BEAM,
-                          max_len_a=1.0, max_decode_extra=0, min_len=source_length)
+  search = search_lib.Search.from_config(cfg, beam_size=DECODE_BEAM, max_len_a=1.0,
+                                         max_decode_extra=0, min_len=source_length)
+  run = functools.partial(programs.decode_batch, [ensemble.Member(cfg, params)], inputs, search)
   seconds = []
   for _ in range(1 + repeats):  # the first compiles
     start = time.perf_counter()
