@@ -34,7 +34,7 @@ from typing import Any, Optional, Sequence
 
 import sacrebleu
 
-from t2t_jax.inference import translator as inference
+from t2t_jax.inference import translator
 
 log = logging.getLogger(__name__)
 NO_SACREMOSES = ("not computed: sacremoses is not installed (pip install sacremoses, or bring "
@@ -108,14 +108,14 @@ def decode_and_score(cfg, params: Any, tokenizer, sources: Sequence[str], refere
   `out_path` None: the hypotheses are not written (the other processes of a
   multi-process run).
 
-  `settings` go to `inference.translate_lines` (beam_size, alpha,
-  max_decode_extra, batch_size; the config's by default). Returns
+  `settings` go to `Translator.translate` (beam_size, alpha,
+  max_decode_extra, batch_size, ...; the config's by default). Returns
   `bleu_scores(...)` plus "decode": sentences, seconds and the hypothesis path.
   """
   if len(sources) != len(references):
     raise ValueError(f"{len(sources)} source lines but {len(references)} reference lines")
   start = time.time()
-  hyps = inference.translate_lines(cfg, params, tokenizer, sources, **settings)
+  hyps = translator.Translator.from_params(cfg, params, tokenizer).translate(sources, **settings)
   seconds = time.time() - start
   if out_path is not None:
     with open(out_path, "w", encoding="utf-8", newline="\n") as f:

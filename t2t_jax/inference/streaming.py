@@ -1,7 +1,10 @@
 """Text lines in, translations out, as the lines arrive and in bounded memory.
 
-    for t in translate_stream(members, tokenizer, lines, search=Search.from_config(cfg)):
+    for t in stream(members, tokenizer, lines, search=Search.from_config(cfg)):
       print(t.text)                        # or t.hypotheses: text, score, alignment each
+
+`Translator.translate_stream` (inference/translator.py) is the way to call it;
+`stream` is that method's engine, which takes loaded models and search settings.
 
 `lines` is any iterable (a file, stdin, a generator): up to `window` lines are
 read, sorted by length into batches of `batch_size`, decoded (`decoding/programs.py`:
@@ -174,7 +177,7 @@ def _translate_window(members, tokenizer, numbered: Sequence[tuple[int, str]], *
   return [Translation(indices[k], found[k] if k in found else [blank]) for k in range(len(lines))]
 
 
-def translate_stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
+def stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
                      lines: Iterable[str], *, search: search_lib.Search,
                      batch_size: int = 64, window: Optional[int] = None,
                      alignments: Optional[Alignments] = None,
@@ -205,9 +208,9 @@ def translate_stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokeni
   fitted = long_inputs_lib.LongInputs(long_inputs, lambda text: source_pieces(tokenizer, text),
                                       search_lib.max_positions(members) - 1, warn)
   groups = lines if grouped else _windows(iter(lines), window)
-  return fitted.join(_stream(members, tokenizer, groups, window=window, fitted=fitted,
-                             search=search, batch_size=batch_size, aligned=alignments,
-                             in_flight=in_flight, warn=warn))
+  return fitted.join(_translate_groups(
+      members, tokenizer, groups, window=window, fitted=fitted, search=search,
+      batch_size=batch_size, aligned=alignments, in_flight=in_flight, warn=warn))
 
 
 def _windows(lines: Iterator[str], window: int) -> Iterator[list[str]]:
@@ -215,8 +218,9 @@ def _windows(lines: Iterator[str], window: int) -> Iterator[list[str]]:
     yield chunk
 
 
-def _stream(members, tokenizer, groups: Iterable[Sequence[str]], *, window: int,
-            fitted: long_inputs_lib.LongInputs, **settings: Any) -> Iterator[Translation]:
+def _translate_groups(members, tokenizer, groups: Iterable[Sequence[str]], *, window: int,
+                      fitted: long_inputs_lib.LongInputs,
+                      **settings: Any) -> Iterator[Translation]:
   first = 0
   for group in groups:
     for start in range(0, len(group), window):

@@ -6,7 +6,7 @@
       t.index, [(h.text, h.score, h.alignment) for h in t.hypotheses]
     Translator("runs/a", ensemble=["runs/b", "runs/c/checkpoints/90000"])   # decoded together
     translator.translate_stream(lines, sample=True, top_k=10, seed=1)       # back-translation
-    translate_lines(cfg, params, tokenizer, lines)    # the 1-best list without a work directory
+    Translator.from_params(cfg, params, tokenizer)    # a model in memory, no work directory
 
 A model is a work directory (its averaged params when present, else its latest
 checkpoint's; `average=False`: the latest) or one of its checkpoints,
@@ -22,8 +22,9 @@ inference/long_inputs.py). Lines are decoded `window` at a time in
 batches of similar length (`inference/streaming.py`), so `translate_stream` handles
 input of any length in bounded memory (`grouped=True`: each group of lines that
 arrived together as soon as it is read, for a terminal or a pipe:
-`textio.iter_arrived`); `translate` and `translate_lines` hold the whole list
-and sort it at once.
+`textio.iter_arrived`); `translate` holds the whole list and sorts it at once.
+`Translator` is the one way to translate from Python: the modules below it
+(inference/streaming.py, decoding/) are its parts.
 """
 
 from __future__ import annotations
@@ -85,28 +86,12 @@ def _check_same_vocabulary(first: str, tokenizer: vocab.Tokenizer, cfg: configs.
         f"{cfg.vocab_size}): the models of an ensemble must share one vocabulary")
 
 
-def translate_lines(cfg: configs.TransformerConfig, params: Params, tokenizer: vocab.Tokenizer,
-                    lines: Sequence[str], *, beam_size: Optional[int] = None,
-                    alpha: Optional[float] = None, max_decode_extra: Optional[int] = None,
-                    max_len_a: Optional[float] = None, batch_size: Optional[int] = None,
-                    long_inputs: str = long_inputs_lib.DEFAULT,
-                    warn: Callable[[str], None] = log.warning) -> list[str]:
-  """One translation per line, in input order; settings default to the config's.
-
-  Blank lines give "" without decoding; long lines are split (or `long_inputs`)
-  with a warning.
-  """
-  search = search_lib.Search.from_config(cfg, beam_size=beam_size, alpha=alpha,
-                                         max_decode_extra=max_decode_extra, max_len_a=max_len_a)
-  stream = streaming.translate_stream(
-      [ensemble.Member(cfg, params)], tokenizer, lines, search=search,
-      batch_size=batch_size or cfg.decode_batch_size, window=max(len(lines), 1),
-      long_inputs=long_inputs, warn=warn)
-  return [t.text for t in stream]
-
-
 class Translator:
-  """Trained models (one, or an ensemble) with their tokenizer, ready to translate lines."""
+  """Trained models (one, or an ensemble) with their tokenizer, ready to translate lines.
+
+  From a work directory or checkpoints (`Translator(workdir, ensemble=...)`) or
+  from params in memory (`Translator.from_params(cfg, params, tokenizer)`).
+  """
 
   def __init__(self, workdir: str | os.PathLike, average: bool = True,
                ensemble: Sequence[str | os.PathLike] = (), dtype: Optional[str] = None,
@@ -119,14 +104,26 @@ class Translator:
     e.g. beam_size=1; the first model's config gives the decoding defaults.
     """
     same = {} if dtype is None else {"dtype": dtype}
-    first, self.tokenizer = load_model(workdir, average, **overrides, **same)
-    self.cfg, self.params = first.cfg, first.params
-    self.members = [first]
+    first, tokenizer = load_model(workdir, average, **overrides, **same)
+    members = [first]
     for path in ensemble:
-      member, tokenizer = load_model(path, average, **same)
-      _check_same_vocabulary(str(workdir), self.tokenizer, self.cfg, str(path), tokenizer,
-                             member.cfg)
-      self.members.append(member)
+      member, other = load_model(path, average, **same)
+      _check_same_vocabulary(str(workdir), tokenizer, first.cfg, str(path), other, member.cfg)
+      members.append(member)
+    self._hold(members, tokenizer)
+
+  @classmethod
+  def from_params(cls, cfg: configs.TransformerConfig, params: Params,
+                  tokenizer: vocab.Tokenizer) -> "Translator":
+    """One model already in memory (no work directory), e.g. a run's params after training."""
+    translator = cls.__new__(cls)
+    translator._hold([ensemble.Member(cfg, params)], tokenizer)
+    return translator
+
+  def _hold(self, members: list[ensemble.Member], tokenizer: vocab.Tokenizer) -> None:
+    # The first model's config gives the decoding defaults.
+    self.members, self.tokenizer = members, tokenizer
+    self.cfg, self.params = members[0].cfg, members[0].params
 
   def translate(self, lines: Sequence[str], **settings: Any) -> list[str]:
     """The best translation of each line; `settings` as for `translate_stream`."""
@@ -164,7 +161,7 @@ class Translator:
         top_k=top_k, seed=seed)
     if alignments is True:
       alignments = streaming.Alignments()
-    return streaming.translate_stream(
+    return streaming.stream(
         self.members, self.tokenizer, lines, search=search,
         batch_size=batch_size or self.cfg.decode_batch_size, window=window,
         alignments=alignments or None, in_flight=in_flight, long_inputs=long_inputs,

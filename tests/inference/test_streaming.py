@@ -53,7 +53,7 @@ def _distinct_lines(tokenizer, count):
 def test_thousands_of_lines_stream_in_order_in_bounded_memory(members, tokenizer):
   distinct = _distinct_lines(tokenizer, 40) + [""]
   search = search_lib.Search.from_config(CFG)
-  reference = {line: t.text for line, t in zip(distinct, streaming.translate_stream(
+  reference = {line: t.text for line, t in zip(distinct, streaming.stream(
       members, tokenizer, distinct, search=search, batch_size=64))}
   assert reference[""] == ""
   assert len(set(reference.values())) > 20  # outputs tell the lines apart
@@ -68,7 +68,7 @@ def test_thousands_of_lines_stream_in_order_in_bounded_memory(members, tokenizer
       yield line
 
   window = 192  # 3 batches of 64: one shape, one compilation for the whole test
-  stream = streaming.translate_stream(members, tokenizer, source(), search=search,
+  stream = streaming.stream(members, tokenizer, source(), search=search,
                                       batch_size=64, window=window)
   first = next(stream)
   assert len(read) == window  # nothing read beyond the first window
@@ -81,7 +81,7 @@ def test_thousands_of_lines_stream_in_order_in_bounded_memory(members, tokenizer
 def test_blank_and_long_lines(members, tokenizer):
   warnings = []
   long_line = " ".join(["the old man saw the small dog"] * 6)
-  out = list(streaming.translate_stream(
+  out = list(streaming.stream(
       members, tokenizer, ["", "  ", "the dog", long_line], warn=warnings.append,
       search=search_lib.Search.from_config(CFG), batch_size=4,
       alignments=streaming.Alignments()))
@@ -94,9 +94,9 @@ def test_blank_and_long_lines(members, tokenizer):
 def test_nbest_and_alignment_formats(members, tokenizer):
   lines = ["the dog sleeps", "", "yesterday the old man saw the small dog", "a house"]
   search = search_lib.Search.from_config(CFG, beam_size=3, n_best=3)
-  out = list(streaming.translate_stream(members, tokenizer, lines, search=search, batch_size=2,
+  out = list(streaming.stream(members, tokenizer, lines, search=search, batch_size=2,
                                         alignments=streaming.Alignments(layer=0)))
-  one_best = list(streaming.translate_stream(members, tokenizer, lines, search=search,
+  one_best = list(streaming.stream(members, tokenizer, lines, search=search,
                                              batch_size=2))
   assert [t.text for t in out] == [t.text for t in one_best]
   rows = list(itertools.chain.from_iterable(streaming.format_nbest(t, alignments=True)

@@ -182,5 +182,5 @@ def test_two_processes_train_like_one_survive_kills_and_restore_in_one(tmp_path,
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
   cfg = workdir_lib.load_config(workdir)
   tokenizer = inference.load_tokenizer(workdir)
-  hyps = inference.translate_lines(cfg, params, tokenizer, ["the house is small"])
+  hyps = inference.Translator.from_params(cfg, params, tokenizer).translate(["the house is small"])
   assert len(hyps) == 1 and hyps[0]
