@@ -5,3 +5,6 @@ package file imports nothing heavy so that `import t2t_jax.model.layers` stays l
 """
 
 __version__ = "0.1.0"
+
+__all__ = ["__version__", "configs", "ids", "accelerators", "cli", "data", "decoding", "export",
+           "inference", "model", "recipes", "runtime", "serve", "train"]

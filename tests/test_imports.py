@@ -102,3 +102,32 @@ def test_no_import_cycles():
 
   for module in graph:
     visit(module)
+
+
+def _package_names(init: pathlib.Path) -> tuple[list[str] | None, set[str]]:
+  """A package's `__all__` (None: not declared) and the names its __init__ binds."""
+  declared, bound = None, set()
+  for node in ast.parse(init.read_text()).body:
+    if isinstance(node, ast.ImportFrom):
+      bound |= {alias.asname or alias.name for alias in node.names}
+    elif isinstance(node, ast.Assign):
+      names = {target.id for target in node.targets if isinstance(target, ast.Name)}
+      bound |= names
+      if "__all__" in names:
+        declared = ast.literal_eval(node.value)
+  return declared, bound
+
+
+def test_every_package_says_what_is_public_and_each_name_exists():
+  """`help(t2t_jax.x)` shows what `__all__` lists: names the __init__ binds, or modules."""
+  for init in sorted(PACKAGE.rglob("__init__.py")):
+    declared, bound = _package_names(init)
+    package = init.parent
+    assert declared is not None, f"{init.relative_to(ROOT)} declares no __all__"
+    missing = [name for name in declared if name not in bound
+               and not (package / f"{name}.py").exists()
+               and not (package / name / "__init__.py").exists()]
+    assert not missing, f"{init.relative_to(ROOT)}'s __all__ names what it lacks: {missing}"
+    unlisted = sorted(bound - set(declared) - {"__all__", "__version__"})
+    assert not unlisted, \
+        f"{init.relative_to(ROOT)} re-exports names its __all__ leaves out: {unlisted}"

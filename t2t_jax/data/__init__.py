@@ -2,3 +2,7 @@
 
 `dataset.prepare` puts the pieces together for a run.
 """
+
+# Its public modules (any other module is a part of these).
+__all__ = ["batching", "buckets", "dataset", "demo", "packing", "sources", "textio", "tokenized",
+           "vocab", "wmt"]

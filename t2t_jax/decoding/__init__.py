@@ -3,3 +3,6 @@ and the compiled programs that decode one batch.
 
 Text in, text out is one level up, in `t2t_jax.inference`.
 """
+
+# Its public modules (any other module is a part of these).
+__all__ = ["alignment", "beam_search", "ensemble", "programs", "sampling", "search"]

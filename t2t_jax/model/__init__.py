@@ -12,3 +12,6 @@ from t2t_jax.model.transformer import decode_step as decode_step
 from t2t_jax.model.transformer import init_cache as init_cache
 from t2t_jax.model.transformer import init_params as init_params
 from t2t_jax.model.transformer import Transformer as Transformer
+
+__all__ = ["Transformer", "causal_mask", "decode_step", "init_cache", "init_params",
+           "padding_mask", "scaled_dot_product_attention", "sinusoidal_positions"]
