@@ -131,3 +131,38 @@ def test_every_package_says_what_is_public_and_each_name_exists():
     unlisted = sorted(bound - set(declared) - {"__all__", "__version__"})
     assert not unlisted, \
         f"{init.relative_to(ROOT)} re-exports names its __all__ leaves out: {unlisted}"
+
+
+# Third-party modules by their community's short names; anything else is imported by its name.
+THIRD_PARTY_ALIASES = {("numpy", "np"), ("jax.numpy", "jnp"), ("flax.linen", "nn"),
+                       ("orbax.checkpoint", "ocp"), ("sentencepiece", "spm"),
+                       ("tensorflow", "tf"), ("tensorflow_datasets", "tfds"),
+                       ("prometheus_client", "prom"), ("jax.sharding.PartitionSpec", "P"),
+                       # Beside our own multihost and exceptions, the library's say whose they are.
+                       ("orbax.checkpoint.multihost", "orbax_multihost"),
+                       ("starlette.exceptions", "starlette_exceptions")}
+
+
+def _renamed_modules(path: pathlib.Path) -> list[str]:
+  """`import X as Y` and `from P import X as Y` (X a module of ours) where Y is not X or X_lib."""
+  found = []
+  for node in ast.walk(ast.parse(path.read_text())):
+    if isinstance(node, ast.Import):
+      pairs = [(a.name, a.asname) for a in node.names if a.asname]
+    elif isinstance(node, ast.ImportFrom) and node.module:
+      ours = node.module.split(".")[0] == "t2t_jax"
+      folder = ROOT / node.module.replace(".", "/")
+      pairs = [(f"{node.module}.{a.name}", a.asname) for a in node.names if a.asname
+               and (not ours or (folder / f"{a.name}.py").exists() or (folder / a.name).is_dir())]
+    else:
+      continue
+    found += [f"{path.relative_to(ROOT)}:{node.lineno}: {name} as {alias}" for name, alias in pairs
+              if alias not in (name.rsplit(".", 1)[-1], name.rsplit(".", 1)[-1] + "_lib")
+              and (name, alias) not in THIRD_PARTY_ALIASES]
+  return found
+
+
+def test_modules_are_imported_by_their_own_name_or_name_lib():
+  """`from t2t_jax.data import dataset as data` hides which module `data.` reads; refuse it."""
+  renamed = [line for path in sorted(PACKAGE.rglob("*.py")) for line in _renamed_modules(path)]
+  assert not renamed, "import these modules as themselves or <name>_lib:\n" + "\n".join(renamed)

@@ -13,7 +13,7 @@ from typing import Optional, Sequence
 import jax
 
 from t2t_jax.cli import exits
-from t2t_jax.cli import flags as cli
+from t2t_jax.cli import flags
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import checkpoint
 from t2t_jax.runtime import workdir as workdir_lib
@@ -21,7 +21,7 @@ from t2t_jax.runtime import workdir as workdir_lib
 
 @exits.command
 def main(argv: Optional[Sequence[str]] = None) -> None:
-  parser = cli.parser("t2t-average-checkpoints", __doc__)
+  parser = flags.parser("t2t-average-checkpoints", __doc__)
   parser.add_argument("--workdir", required=True, help="the training run's work directory")
   parser.add_argument("--last", type=int, default=None,
                       help="how many checkpoints to average (default: the run's "

@@ -13,21 +13,21 @@ import sys
 from typing import Optional, Sequence
 
 from t2t_jax.cli import exits
-from t2t_jax.cli import flags as cli
+from t2t_jax.cli import flags
 from t2t_jax.data import textio
-from t2t_jax.inference import bleu as evaluate
+from t2t_jax.inference import bleu as bleu_lib
 
 
 @exits.command
 def main(argv: Optional[Sequence[str]] = None) -> None:
-  parser = cli.parser("python -m t2t_jax.cli.bleu", f"{__doc__}\n{evaluate.__doc__}")
+  parser = flags.parser("python -m t2t_jax.cli.bleu", f"{__doc__}\n{evaluate.__doc__}")
   commands = parser.add_subparsers(dest="command", required=True)
   bleu = commands.add_parser("bleu", help="score a hypothesis file against a reference file")
   bleu.add_argument("--hyp", required=True, help="detokenised hypotheses, one per line")
   bleu.add_argument("--ref", required=True, help="detokenised references, one per line")
   bleu.add_argument("--lang", required=True, help="target language, e.g. de or fr")
   args = parser.parse_args(argv)
-  scores = evaluate.bleu_scores(textio.read_lines(args.hyp), textio.read_lines(args.ref),
+  scores = bleu_lib.bleu_scores(textio.read_lines(args.hyp), textio.read_lines(args.ref),
                                 args.lang)
   json.dump(scores, sys.stdout, indent=2, ensure_ascii=False)
   sys.stdout.write("\n")

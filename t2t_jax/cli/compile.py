@@ -37,13 +37,13 @@ from t2t_jax.accelerators import plan as plan_lib
 from t2t_jax.accelerators import predict
 from t2t_jax.accelerators import targets
 from t2t_jax.cli import exits
-from t2t_jax.cli import flags as cli
+from t2t_jax.cli import flags
 from t2t_jax.runtime import extras
 from t2t_jax.train.memory import GiB
 
 
 def _parser():
-  parser = cli.parser("t2t-compile", __doc__, config="base")
+  parser = flags.parser("t2t-compile", __doc__, config="base")
   parser.add_argument("--target", type=targets.get,
                       help=f"one of {', '.join(targets.TARGETS)} (or --measure)")
   parser.add_argument("--measure", action="store_true",
@@ -112,7 +112,7 @@ def _measured_summary(report: dict) -> list[str]:
 
 
 def _measure(args) -> dict:
-  cfg = cli.config(args)
+  cfg = flags.config(args)
   bandwidth = None if args.memory_bandwidth_gbs is None else args.memory_bandwidth_gbs * 1e9
   report = measure_lib.measure(cfg, args.measure_steps, args.measure_warmup,
                                memory_bandwidth=bandwidth)
@@ -134,7 +134,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
   # The host only traces and compiles: its own backend is the CPU, even on a machine
   # with a GPU or TPU (which would otherwise be opened, and its memory taken).
   jax.config.update("jax_platforms", "cpu")
-  cfg = cli.config(args)
+  cfg = flags.config(args)
   problem = targets.missing_compiler(args.target)
   if problem:
     raise extras.MissingExtraError(problem)

@@ -16,8 +16,8 @@ import sys
 from typing import Optional, Sequence
 
 from t2t_jax.cli import exits
-from t2t_jax.cli import flags as cli
-from t2t_jax.export import ctranslate2 as ct2_export
+from t2t_jax.cli import flags
+from t2t_jax.export import ctranslate2 as ctranslate2_lib
 from t2t_jax.export import huggingface
 
 FORMATS = ("huggingface", "ctranslate2")
@@ -25,7 +25,7 @@ FORMATS = ("huggingface", "ctranslate2")
 
 @exits.command
 def main(argv: Optional[Sequence[str]] = None) -> None:
-  parser = cli.parser("t2t-export", __doc__)
+  parser = flags.parser("t2t-export", __doc__)
   parser.add_argument("--workdir", required=True, help="the training run's work directory")
   parser.add_argument("--to", required=True, choices=FORMATS, help="target format")
   parser.add_argument("out", help="output directory")
@@ -40,9 +40,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   if not pathlib.Path(args.workdir).is_dir():
     raise FileNotFoundError(f"work directory {args.workdir} does not exist")
   if args.to == "ctranslate2":
-    out = ct2_export.export_ctranslate2(args.workdir, args.out, average=args.average,
+    out = ctranslate2_lib.export_ctranslate2(args.workdir, args.out, average=args.average,
                                         quantization=args.quantization, force=args.force)
-    print(f"Exported {args.workdir} to {out} (ctranslate2): {ct2_export.USAGE}", file=sys.stderr)
+    print(f"Exported {args.workdir} to {out} (ctranslate2): {ctranslate2_lib.USAGE}", file=sys.stderr)
   else:
     out = huggingface.export_huggingface(args.workdir, args.out, average=args.average)
     print(f"Exported {args.workdir} to {out} ({args.to})", file=sys.stderr)

@@ -30,7 +30,7 @@ from typing import Optional, Sequence
 
 from t2t_jax import inference
 from t2t_jax.cli import exits
-from t2t_jax.cli import flags as cli
+from t2t_jax.cli import flags
 from t2t_jax.runtime import compile_cache
 from t2t_jax.runtime import extras
 
@@ -38,7 +38,7 @@ log = logging.getLogger("t2t-serve")
 
 
 def _parser() -> argparse.ArgumentParser:
-  parser = cli.parser("t2t-serve", __doc__)
+  parser = flags.parser("t2t-serve", __doc__)
   parser.add_argument("--workdir", required=True, help="the training run's work directory")
   parser.add_argument("--checkpoint", help="one checkpoint of it (default: the averaged "
                                            "parameters, else the latest checkpoint)")
@@ -46,7 +46,7 @@ def _parser() -> argparse.ArgumentParser:
                       help="use the averaged checkpoint if there is one (--no-average: the latest)")
   parser.add_argument("--engine", choices=("jax", "ctranslate2"), default="jax",
                       help="what decodes (default jax; ctranslate2: the work directory's export)")
-  cli.add_search_flags(parser)   # --beam_size: a request's default
+  flags.add_search_flags(parser)   # --beam_size: a request's default
   parser.add_argument("--max_len_a", type=float, default=1.0, metavar="A",
                       help="max output length = A x input length + B (default 1), both engines")
   parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
@@ -99,7 +99,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         f"{e}: the serve extra is not installed: {extras.install('serve')}") from None
   compile_cache.enable()
   translator = inference.Translator(args.checkpoint or args.workdir, average=args.average,
-                                    **cli.search_overrides(args))
+                                    **flags.search_overrides(args))
   max_batch = args.max_batch or translator.cfg.decode_batch_size
   engine = _engine(args, translator, max_batch)
   settings = engines.Settings(beam_size=translator.cfg.beam_size)

@@ -25,7 +25,7 @@ from typing import Any, Optional, Sequence
 
 from t2t_jax import configs
 from t2t_jax.cli import exits
-from t2t_jax.cli import flags as cli
+from t2t_jax.cli import flags
 from t2t_jax.recipes import table3
 
 
@@ -33,7 +33,7 @@ from t2t_jax.recipes import table3
 def main(argv: Optional[Sequence[str]] = None,
          prog: str = "python -m t2t_jax.cli.table3") -> list[dict[str, Any]]:
   rows = ", ".join(table3.ROWS)
-  parser = cli.parser(prog, f"{__doc__}\n{table3.__doc__}", fields=True)
+  parser = flags.parser(prog, f"{__doc__}\n{table3.__doc__}", fields=True)
   parser.add_argument("--rows", help=f"comma-separated rows of {rows}, or all")
   parser.add_argument("--steps", type=int, help="training steps of every row "
                       "(default: the preset's)")
@@ -42,7 +42,7 @@ def main(argv: Optional[Sequence[str]] = None,
   parser.add_argument("--param_counts", action="store_true",
                       help="print the parameter counts beside the paper's and stop")
   args = parser.parse_args(argv)
-  overrides = cli.overrides(args)
+  overrides = flags.overrides(args)
   if args.param_counts:
     vocab_size = overrides.get("vocab_size", configs.get_config("base").vocab_size)
     print(f"Parameters at vocab_size={vocab_size} (docs/model.md explains the gaps)")

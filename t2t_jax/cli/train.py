@@ -43,7 +43,7 @@ import textwrap
 from typing import Any, Optional, Sequence
 
 from t2t_jax.cli import exits
-from t2t_jax.cli import flags as cli
+from t2t_jax.cli import flags
 from t2t_jax.recipes import experiment
 from t2t_jax.recipes import finetune
 from t2t_jax.runtime import compile_cache
@@ -59,7 +59,7 @@ def _resumable() -> str:
 
 
 def _parser(prog: str, doc: Optional[str], pair: str) -> argparse.ArgumentParser:
-  parser = cli.parser(prog, doc, config="demo",
+  parser = flags.parser(prog, doc, config="demo",
                       resolve=lambda name: experiment.pair_preset(name, pair))
   parser.epilog = _resumable()
   parser.add_argument("--workdir", help="where the run lives (default: runs/<preset>); "
@@ -73,7 +73,7 @@ def _parser(prog: str, doc: Optional[str], pair: str) -> argparse.ArgumentParser
                            "fresh optimiser and schedule")
   parser.add_argument("--describe", action="store_true",
                       help="print the preset's command, hardware, expected time and BLEU")
-  cli.add_process_flags(parser)
+  flags.add_process_flags(parser)
   return parser
 
 
@@ -103,7 +103,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "t2t-train", pair: st
   if args.describe:
     print(experiment.describe(preset))
     return {}
-  fields = {**data_fields(args), **cli.overrides(args)}
+  fields = {**data_fields(args), **flags.overrides(args)}
   init_params = None
   if args.finetune_from is not None:
     if _config_given(argv):
@@ -113,10 +113,10 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "t2t-train", pair: st
       parser.error("--finetune_from needs --workdir (a new work directory for the new run)")
     cfg = finetune.config(args.finetune_from, fields)
   else:
-    cfg = cli.config(args, {**defaults, **fields}, preset=preset)
+    cfg = flags.config(args, {**defaults, **fields}, preset=preset)
   compile_cache.enable(cfg.compilation_cache)  # before anything compiles
   workdir = args.workdir or experiment.default_workdir(preset)
-  if cli.joins_processes(args):
+  if flags.joins_processes(args):
     # Before anything touches JAX's devices.
     multihost.initialize(args.coordinator_address, args.num_processes, args.process_id,
                          on_peer_failure=exits.stop_for_peer)

@@ -59,13 +59,13 @@ from typing import Any, BinaryIO, Iterator, Optional, Sequence
 import tqdm
 
 from t2t_jax import configs
+from t2t_jax import inference
 from t2t_jax.cli import exits
-from t2t_jax.cli import flags as cli
+from t2t_jax.cli import flags
 from t2t_jax.data import textio
 from t2t_jax.decoding import in_flight
 from t2t_jax.inference import long_inputs
 from t2t_jax.inference import streaming
-from t2t_jax.inference import translator as inference
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import compile_cache
 from t2t_jax.runtime import platform
@@ -74,7 +74,7 @@ from t2t_jax.runtime import workdir as workdir_lib
 
 def _workdir_config(argv: Sequence[str]) -> Optional[configs.TransformerConfig]:
   """The config of the --workdir on a command line, for --help (None if there is none)."""
-  path = cli.given_value(argv, "--workdir")
+  path = flags.given_value(argv, "--workdir")
   if path is None:
     return None
   try:
@@ -85,7 +85,7 @@ def _workdir_config(argv: Sequence[str]) -> Optional[configs.TransformerConfig]:
 
 def _parser(cfg: Optional[configs.TransformerConfig] = None) -> argparse.ArgumentParser:
   """The flags, grouped; `cfg`: a work directory's config, whose values the help shows."""
-  parser = cli.parser("t2t-translate", __doc__)
+  parser = flags.parser("t2t-translate", __doc__)
   models = parser.add_argument_group("models")
   models.add_argument("--workdir", required=True,
                       help="the training run's work directory (or one of its checkpoints)")
@@ -107,7 +107,7 @@ def _parser(cfg: Optional[configs.TransformerConfig] = None) -> argparse.Argumen
                   help="progress bar on stderr (default: for an --input file, on a terminal)")
 
   search = parser.add_argument_group("search")
-  cli.add_search_flags(search, cfg)
+  flags.add_search_flags(search, cfg)
   search.add_argument("--max_len_a", type=float, metavar="A",
                       help="max output length = A x input length + B (default 1)")
   search.add_argument("--min_len", type=int, metavar="N",
@@ -134,7 +134,7 @@ def _parser(cfg: Optional[configs.TransformerConfig] = None) -> argparse.Argumen
 
   speed = parser.add_argument_group("speed")
   speed.add_argument("--batch_size", type=int,
-                     help=f"sentences per batch; {cli.config_default(cfg, 'decode_batch_size')}")
+                     help=f"sentences per batch; {flags.config_default(cfg, 'decode_batch_size')}")
   speed.add_argument("--window", type=int,
                      help="lines of a file held and sorted at once (default: 16 batches); "
                           "for a pipe, the most lines that arrived together batched at once")
@@ -146,7 +146,7 @@ def _parser(cfg: Optional[configs.TransformerConfig] = None) -> argparse.Argumen
                           "accelerator when there is one)")
   speed.add_argument("--dtype", choices=("float32", "bfloat16"),
                      help="compute dtype (parameters stay float32); "
-                          + cli.config_default(cfg, "dtype"))
+                          + flags.config_default(cfg, "dtype"))
   return parser
 
 
@@ -194,7 +194,7 @@ def _progress(translations, args: argparse.Namespace):
 
 
 def _search_settings(args: argparse.Namespace) -> dict[str, Any]:
-  settings = cli.search_overrides(args)
+  settings = flags.search_overrides(args)
   if args.batch_size is not None:
     settings["decode_batch_size"] = args.batch_size
   return settings

@@ -23,7 +23,7 @@ import numpy as np
 from t2t_jax.data import batching
 from t2t_jax.data import packing
 from t2t_jax.data import sources
-from t2t_jax.data import tokenized as tokens
+from t2t_jax.data import tokenized
 from t2t_jax.data import vocab as vocab_lib
 from t2t_jax.data.batching import BatchIterator, epoch_plan
 from t2t_jax.data.buckets import bucket_lengths
@@ -127,7 +127,7 @@ def prepare(cfg, workdir: str) -> Dataset:
                                       load_train, cfg.vocab_type,
                                       cfg.vocab_sample_sentences, cfg.seed)
   dev_pairs, test_pairs = source.dev(), source.test()
-  splits, counts = tokens.load_or_tokenize(
+  splits, counts = tokenized.load_or_tokenize(
       tokenizer, os.path.join(workdir, "data"), source.signature, load_train, dev_pairs,
       test_pairs, cfg.max_source_length, cfg.max_target_length)
   if counts["empty"] or counts["too_long"]:

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from t2t_jax.data import demo_lexicon as lex
+from t2t_jax.data import demo_lexicon
 
 
 def number_words(n: int) -> tuple[str, str]:
@@ -19,12 +19,13 @@ def number_words(n: int) -> tuple[str, str]:
   if not 1 <= n <= 99:
     raise ValueError(f"n={n} is out of range: number words cover 1..99")
   if n < 20:
-    return lex.ONES_EN[n], lex.ONES_DE[n]
+    return demo_lexicon.ONES_EN[n], demo_lexicon.ONES_DE[n]
   tens, ones = divmod(n, 10)
   if ones == 0:
-    return lex.TENS_EN[tens], lex.TENS_DE[tens]
-  one_de = "ein" if ones == 1 else lex.ONES_DE[ones]
-  return f"{lex.TENS_EN[tens]}-{lex.ONES_EN[ones]}", f"{one_de}und{lex.TENS_DE[tens]}"
+    return demo_lexicon.TENS_EN[tens], demo_lexicon.TENS_DE[tens]
+  one_de = "ein" if ones == 1 else demo_lexicon.ONES_DE[ones]
+  return (f"{demo_lexicon.TENS_EN[tens]}-{demo_lexicon.ONES_EN[ones]}",
+          f"{one_de}und{demo_lexicon.TENS_DE[tens]}")
 
 
 class Noun:
@@ -38,7 +39,7 @@ class Noun:
     self.de_sg, self.de_pl, self.de_obl = de_sg, de_pl, de_obl or de_sg
     self.de_dat_pl = None if de_pl is None else (
         de_pl if de_pl[-1] in "ns" else de_pl + "n")
-    self.adjectives = [a for a in lex.ADJECTIVES if a[0] in ADJ_WORDS[cats[0]]]
+    self.adjectives = [a for a in demo_lexicon.ADJECTIVES if a[0] in ADJ_WORDS[cats[0]]]
 
 
 class Verb:
@@ -56,16 +57,16 @@ class Verb:
     self.subj, self.obj, self.frame = subj[0], obj[0].strip("-"), frame[0]
 
 
-ADJ_WORDS = {cat: set(words.split()) for cat, words in lex.ADJ_FOR.items()}
+ADJ_WORDS = {cat: set(words.split()) for cat, words in demo_lexicon.ADJ_FOR.items()}
 
 
 def _build_nouns() -> list[Noun]:
-  nouns = [Noun(*entry) for entry in lex.NOUNS]
+  nouns = [Noun(*entry) for entry in demo_lexicon.NOUNS]
   by_en = {n.en_sg: n for n in nouns}
-  for en_mod, de_mod, heads in lex.COMPOUNDS:
+  for en_mod, de_mod, heads in demo_lexicon.COMPOUNDS:
     for head in heads:
-      if head in lex.HEAD_ONLY:
-        en_pl, gender, de_sg, de_pl, cats = lex.HEAD_ONLY[head]
+      if head in demo_lexicon.HEAD_ONLY:
+        en_pl, gender, de_sg, de_pl, cats = demo_lexicon.HEAD_ONLY[head]
         base = Noun(head, en_pl, gender, de_sg, de_pl, cats)
       else:
         base = by_en[head]
@@ -78,7 +79,7 @@ def _build_nouns() -> list[Noun]:
 
 
 NOUN_LIST = _build_nouns()
-VERB_LIST = [Verb(line) for line in lex.VERBS.strip().splitlines()]
+VERB_LIST = [Verb(line) for line in demo_lexicon.VERBS.strip().splitlines()]
 
 
 class NP:
@@ -137,22 +138,22 @@ class NP:
     if negate and self.negatable:
       stem, kind = "kein", "ein"
     if kind == "def":
-      words.append(lex.DEFINITE[case][gn])
-      adj_table = lex.WEAK_ADJ
+      words.append(demo_lexicon.DEFINITE[case][gn])
+      adj_table = demo_lexicon.WEAK_ADJ
     elif kind == "der":
-      words.append(stem + lex.DER_WORD[case][gn])
-      adj_table = lex.WEAK_ADJ
+      words.append(stem + demo_lexicon.DER_WORD[case][gn])
+      adj_table = demo_lexicon.WEAK_ADJ
     elif kind == "ein":
-      words.append(stem + lex.EIN_WORD[case][gn])
-      adj_table = lex.MIXED_ADJ
+      words.append(stem + demo_lexicon.EIN_WORD[case][gn])
+      adj_table = demo_lexicon.MIXED_ADJ
     elif kind == "none":
-      words.append(stem + lex.STRONG_ADJ[case][gn])
-      adj_table = lex.STRONG_ADJ
+      words.append(stem + demo_lexicon.STRONG_ADJ[case][gn])
+      adj_table = demo_lexicon.STRONG_ADJ
     elif kind == "num":
       words.append(stem)
-      adj_table = lex.STRONG_ADJ
+      adj_table = demo_lexicon.STRONG_ADJ
     else:  # bare plural or mass noun
-      adj_table = lex.STRONG_ADJ
+      adj_table = demo_lexicon.STRONG_ADJ
     ending = adj_table[case][gn]
     words.extend(adj[2] + ending for adj in self.adjs)
     if self.plural:
@@ -310,8 +311,8 @@ class Clause:
         "".join(end) + finite]
     gn = head.gn()
     if self.rel_role == "subj":
-      return [lex.DEFINITE["nom"][gn]] + self._middle() + verbs
-    return [lex.DEFINITE["acc"][gn]] + self.subj.german("nom") + self._middle() + verbs
+      return [demo_lexicon.DEFINITE["nom"][gn]] + self._middle() + verbs
+    return [demo_lexicon.DEFINITE["acc"][gn]] + self.subj.german("nom") + self._middle() + verbs
 
   def _german_complement(self) -> list[str]:
     if self.complement is None:
@@ -322,7 +323,7 @@ class Clause:
 
 def pp_german(prep: str, np: NP, case: str) -> list[str]:
   words = np.german(case)
-  fused = lex.CONTRACT.get((prep, words[0])) if np.det[2] == "def" else None
+  fused = demo_lexicon.CONTRACT.get((prep, words[0])) if np.det[2] == "def" else None
   if fused is not None:
     return [fused] + words[1:]
   return [prep] + words

@@ -20,7 +20,7 @@ from typing import Callable, Optional
 
 from t2t_jax.data import demo
 from t2t_jax.data import textio
-from t2t_jax.runtime import lock as workdir_lock
+from t2t_jax.runtime import lock
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def demo_source(cfg, workdir: str) -> Source:
   """
   directory = os.path.join(workdir, "data", "demo")
   # Processes sharing the work directory write it once; the others wait for it.
-  with workdir_lock.file_lock(os.path.join(directory, ".locks", "corpus"),
+  with lock.file_lock(os.path.join(directory, ".locks", "corpus"),
                               f"writing the demo corpus into {directory}"):
     paths = demo.corpus_paths(directory)
     if paths is None:

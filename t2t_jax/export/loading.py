@@ -18,7 +18,7 @@ from t2t_jax import configs
 from t2t_jax import ids
 from t2t_jax.data import vocab
 from t2t_jax.export import weights
-from t2t_jax.inference import translator as inference
+from t2t_jax.inference import translator
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import extras
 from t2t_jax.runtime import workdir as workdir_lib
@@ -40,7 +40,7 @@ def load_workdir(workdir: str | os.PathLike, average: bool = True
   """(config, host params, SentencePiece model path) of a trained work directory."""
   cfg = workdir_lib.load_config(workdir)
   weights.check_exportable(cfg)
-  spm_path = inference.load_tokenizer(workdir).model_path
+  spm_path = translator.load_tokenizer(workdir).model_path
   params = averaging.load_params(workdir, averaged=average)
   return cfg, params, spm_path
 

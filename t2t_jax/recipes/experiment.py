@@ -19,14 +19,14 @@ from typing import Any
 import jax
 
 from t2t_jax import configs
-from t2t_jax.data import dataset as data
-from t2t_jax.inference import bleu as evaluate
+from t2t_jax.data import dataset
+from t2t_jax.inference import bleu as bleu_lib
 from t2t_jax.recipes import paper
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import lock
 from t2t_jax.runtime import multihost
 from t2t_jax.runtime import workdir as workdir_lib
-from t2t_jax.train import trainer as train
+from t2t_jax.train import trainer
 
 log = logging.getLogger(__name__)
 
@@ -60,13 +60,13 @@ def _run(cfg: configs.TransformerConfig, workdir: pathlib.Path,
   # wait, then check the config and load the caches.
   ds = multihost.main_first("prepare", lambda: (
       workdir_lib.check_or_write_config(cfg, workdir, write=main),
-      data.prepare(cfg, str(workdir)))[1])
-  summary = train.train_and_evaluate(cfg, workdir, ds, init_params)
+      dataset.prepare(cfg, str(workdir)))[1])
+  summary = trainer.train_and_evaluate(cfg, workdir, ds, init_params)
 
   params = averaging.average_checkpoints(workdir, last=cfg.average_last)
   names = ("sacrebleu", "sacrebleu_intl", "paper")
   if ds.test_sources():
-    scores = evaluate.decode_and_score(
+    scores = bleu_lib.decode_and_score(
         cfg, params, ds.tokenizer, ds.test_sources(), ds.test_references(),
         workdir / "test.hyp" if main else None)
   else:

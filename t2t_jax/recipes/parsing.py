@@ -1,7 +1,7 @@
 """English constituency parsing as translation (section 6.3, Table 4) on your Penn Treebank.
 
 The command and its flags (`--treebank_dir` or `--train/--dev/--test`,
-`--workdir`): cli/parsing.py, run as `python experiments/parsing_wsj.py`.
+`--workdir`): cli/constituency_parsing.py, run as `python experiments/parsing_wsj.py`.
 
 The Penn Treebank is licensed, so nothing here ships it. A treebank directory
 holds either
@@ -35,7 +35,7 @@ from typing import Any, Sequence
 from t2t_jax import configs
 from t2t_jax.recipes import experiment
 from t2t_jax.recipes import paper
-from t2t_jax.recipes import treebank as parsing
+from t2t_jax.recipes import treebank
 from t2t_jax.runtime import workdir as workdir_lib
 
 log = logging.getLogger(__name__)
@@ -67,17 +67,17 @@ def find_treebank_files(treebank_dir: str) -> dict[str, list[str]]:
       "put train*, dev* and test* files there (or pass --train/--dev/--test)")
 
 
-def write_parallel(trees: Sequence[parsing.Tree], prefix: pathlib.Path) -> str:
+def write_parallel(trees: Sequence[treebank.Tree], prefix: pathlib.Path) -> str:
   """Writes `prefix.src` (words) and `prefix.tgt` (linearised trees); returns the file spec."""
   src, tgt = prefix.with_suffix(".src"), prefix.with_suffix(".tgt")
-  src.write_text("".join(" ".join(parsing.words(t)) + "\n" for t in trees), encoding="utf-8")
-  tgt.write_text("".join(parsing.linearize(t) + "\n" for t in trees), encoding="utf-8")
+  src.write_text("".join(" ".join(treebank.words(t)) + "\n" for t in trees), encoding="utf-8")
+  tgt.write_text("".join(treebank.linearize(t) + "\n" for t in trees), encoding="utf-8")
   return f"{src},{tgt}"
 
 
-def load_split(paths: Sequence[str], split: str) -> list[parsing.Tree]:
+def load_split(paths: Sequence[str], split: str) -> list[treebank.Tree]:
   try:
-    trees = [parsing.clean(t) for t in parsing.read_treebank(paths)]
+    trees = [treebank.clean(t) for t in treebank.read_treebank(paths)]
   except ValueError as e:
     raise ValueError(f"cannot read the {split} trees: {e}") from None
   if not trees:
@@ -85,12 +85,12 @@ def load_split(paths: Sequence[str], split: str) -> list[parsing.Tree]:
   return trees
 
 
-def score(gold: Sequence[parsing.Tree], hypotheses: Sequence[str]) -> tuple[dict, list]:
+def score(gold: Sequence[treebank.Tree], hypotheses: Sequence[str]) -> tuple[dict, list]:
   """F1 of decoded sequences against the gold trees; also the repaired predicted trees."""
   if len(hypotheses) != len(gold):
     raise ValueError(f"{len(hypotheses)} decoded lines for {len(gold)} test trees")
-  predicted = [parsing.delinearize(h, parsing.words(g)) for g, h in zip(gold, hypotheses)]
-  return parsing.bracket_f1(gold, predicted), predicted
+  predicted = [treebank.delinearize(h, treebank.words(g)) for g, h in zip(gold, hypotheses)]
+  return treebank.bracket_f1(gold, predicted), predicted
 
 
 def run(cfg: configs.TransformerConfig, workdir: str | os.PathLike,
@@ -109,7 +109,7 @@ def run(cfg: configs.TransformerConfig, workdir: str | os.PathLike,
   hypotheses = (workdir / "test.hyp").read_text(encoding="utf-8").split("\n")[:len(trees["test"])]
   scores, predicted = score(trees["test"], hypotheses)
   (workdir / "test.trees").write_text(
-      "".join(parsing.to_string(t) + "\n" for t in predicted), encoding="utf-8")
+      "".join(treebank.to_string(t) + "\n" for t in predicted), encoding="utf-8")
   out = {"test": scores, "trees": {split: len(t) for split, t in trees.items()},
          "paper_f1_wsj_only": paper.PARSING_F1["wsj_only"], "train": results.get("train")}
   workdir_lib.write_json_atomic(workdir / "parsing_results.json", out)

@@ -26,12 +26,12 @@ import pathlib
 from typing import Any, Optional, Sequence
 
 from t2t_jax import configs
-from t2t_jax.data import dataset as data
-from t2t_jax.inference import bleu as evaluate
+from t2t_jax.data import dataset as dataset_lib
+from t2t_jax.inference import bleu as bleu_lib
 from t2t_jax.recipes import paper
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import workdir as workdir_lib
-from t2t_jax.train import trainer as train
+from t2t_jax.train import trainer
 
 ROWS = ("base", *configs.TABLE3_ROWS, "big")
 # Fields that define a row's model (Table 3's columns); `--dataset=demo` keeps
@@ -108,10 +108,10 @@ def run_row(row: str, cfg: configs.TransformerConfig, workdir: pathlib.Path) -> 
   workdir_lib.check_or_write_config(cfg, row_dir)
   log.info("Row %s (%s): training %d steps in %s", row, describe_row(row),
            cfg.num_train_steps, row_dir)
-  ds = data.prepare(cfg, str(row_dir))
-  summary = train.train_and_evaluate(cfg, row_dir, ds)
+  ds = dataset_lib.prepare(cfg, str(row_dir))
+  summary = trainer.train_and_evaluate(cfg, row_dir, ds)
   params = averaging.load_params(row_dir, averaged=False)  # Table 3: no averaging
-  bleu = evaluate.decode_and_score(cfg, params, ds.tokenizer, ds.dev_sources(),
+  bleu = bleu_lib.decode_and_score(cfg, params, ds.tokenizer, ds.dev_sources(),
                                    ds.dev_references(), row_dir / "dev.hyp")
   paper_ppl, paper_bleu = paper.DEV[row]
   result = {

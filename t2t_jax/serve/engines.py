@@ -31,8 +31,8 @@ from t2t_jax.data import buckets
 from t2t_jax.decoding import alignment
 from t2t_jax.decoding import programs
 from t2t_jax.decoding import search as search_lib
-from t2t_jax.export import ctranslate2 as ct2_export
-from t2t_jax.export import engines as export_engines
+from t2t_jax.export import ctranslate2 as ctranslate2_lib
+from t2t_jax.export import engines
 from t2t_jax.export import loading
 from t2t_jax.ids import EOS_ID
 from t2t_jax.inference import sentence_batches
@@ -149,12 +149,12 @@ class CTranslate2Engine:
   def from_workdir(cls, workdir: str | os.PathLike, translator: inference.Translator,
                    batch_size: int, threads: int = 0, average: bool = True,
                    max_len_a: float = 1.0) -> "CTranslate2Engine":
-    """The export in WORKDIR/ctranslate2, written by `ct2_export.export_ctranslate2` when absent
+    """The export in WORKDIR/ctranslate2, written by export/ctranslate2.py when absent
     or older than the work directory's checkpoints."""
     model_dir = pathlib.Path(workdir) / CTRANSLATE2_DIR
     if not _export_is_current(pathlib.Path(workdir), model_dir / "model.bin"):
       log.info("exporting %s to CTranslate2 in %s", workdir, model_dir)
-      ct2_export.export_ctranslate2(workdir, model_dir, average=average, force=True)
+      ctranslate2_lib.export_ctranslate2(workdir, model_dir, average=average, force=True)
     return cls(model_dir, translator, batch_size, threads, max_len_a)
 
   def check(self, settings: Settings) -> None:
@@ -173,11 +173,11 @@ class CTranslate2Engine:
                   for _ in lines]
     todo = [k for k, (ids, _) in enumerate(encoded) if ids]
     sources = [[*encoded[k][0], EOS_ID] for k in todo]
-    limits = export_engines.output_limits(self.cfg, sources, search.max_decode_extra,
+    limits = engines.output_limits(self.cfg, sources, search.max_decode_extra,
                                           search.max_len_a)
     outputs: dict[int, list[tuple[list[int], float]]] = {}
     with self._lock:
-      for max_length, group in export_engines.batches(limits, self.batch_size):
+      for max_length, group in engines.batches(limits, self.batch_size):
         pieces = [[self.tokens[t] for t in sources[g][:-1]] + (["</s>"] if self.append_eos else [])
                   for g in group]
         results = self.model.translate_batch(

@@ -22,7 +22,7 @@ from jax import lax
 
 from t2t_jax.configs import TransformerConfig
 from t2t_jax.data.packing import SEGMENT_KEYS  # batch fields of packed rows
-from t2t_jax.model import transformer as model_lib
+from t2t_jax.model import transformer
 from t2t_jax.train import loss as loss_lib
 from t2t_jax.train import optim
 
@@ -38,7 +38,7 @@ class TrainState:
 def create_train_state(cfg: TransformerConfig, optimizer: optax.GradientTransformation,
                        key: jax.Array) -> TrainState:
   """A fresh state at step 0; cheap to trace under `jax.eval_shape`."""
-  params = model_lib.init_params(cfg.model, key)
+  params = transformer.init_params(cfg.model, key)
   return TrainState(step=jnp.zeros((), jnp.int32), params=params,
                     opt_state=optimizer.init(params))
 
@@ -47,12 +47,12 @@ def _sum_trees(a, b):
   return jax.tree.map(jnp.add, a, b)
 
 
-def batch_metrics(model: model_lib.Transformer, params: Any, batch: dict[str, jnp.ndarray],
+def batch_metrics(model: transformer.Transformer, params: Any, batch: dict[str, jnp.ndarray],
                   label_smoothing: float, **apply_kwargs) -> dict[str, jnp.ndarray]:
   """Metric sums (loss.METRIC_SUMS) of one [batch, length] batch, packed or not."""
   segments = {k: batch[k] for k in SEGMENT_KEYS if k in batch}
   features, kernel = model.apply({"params": params}, batch["inputs"], batch["targets"],
-                                 method=model_lib.Transformer.features, **segments,
+                                 method=transformer.Transformer.features, **segments,
                                  **apply_kwargs)  # [batch, length, d_model], [vocab, d_model]
   return loss_lib.output_metrics(features, kernel, batch["targets"], label_smoothing)
 
@@ -78,7 +78,7 @@ def train_step(state: TrainState, batch: dict[str, jnp.ndarray], root_key: jax.A
   if inputs.ndim != 3 or targets.ndim != 3:
     raise ValueError(f"train_step wants [accum_steps, micro_batch, length] per device, got "
                      f"inputs {inputs.shape} and targets {targets.shape}")
-  model = model_lib.Transformer(cfg.model)  # the model sees its own fields only
+  model = transformer.Transformer(cfg.model)  # the model sees its own fields only
   device_key = jax.random.fold_in(jax.random.fold_in(root_key, state.step),
                                   lax.axis_index(axis_name))
 
@@ -140,7 +140,7 @@ def eval_step(params: Any, batch: dict[str, jnp.ndarray], *, cfg: TransformerCon
   if batch["inputs"].ndim != 3:
     raise ValueError(f"eval_step wants [batch, length] or [chunks, batch, length] per device, "
                      f"got inputs {batch['inputs'].shape}")
-  model = model_lib.Transformer(cfg.model)  # the model sees its own fields only
+  model = transformer.Transformer(cfg.model)  # the model sees its own fields only
 
   def chunk_sums(total, chunk):
     return _sum_trees(total, batch_metrics(model, params, chunk, cfg.label_smoothing)), None

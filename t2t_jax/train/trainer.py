@@ -33,7 +33,7 @@ import numpy as np
 import tqdm
 
 from t2t_jax.configs import TransformerConfig
-from t2t_jax.data import dataset as data
+from t2t_jax.data import dataset as dataset_lib
 from t2t_jax.runtime import checkpoint
 from t2t_jax.runtime import lock
 from t2t_jax.runtime import multihost
@@ -120,7 +120,7 @@ class Trainer:
   """
 
   def __init__(self, cfg: TransformerConfig, workdir: str | os.PathLike,
-               dataset: Optional[data.Dataset] = None, init_params: Any = None):
+               dataset: Optional[dataset_lib.Dataset] = None, init_params: Any = None):
     self.created = time.time()
     self.cfg = cfg
     self.workdir = pathlib.Path(workdir)
@@ -137,14 +137,14 @@ class Trainer:
       self.close()
       raise
 
-  def _setup(self, dataset: Optional[data.Dataset], init_params: Any) -> None:
+  def _setup(self, dataset: Optional[dataset_lib.Dataset], init_params: Any) -> None:
     cfg = self.cfg
     # --- Input ---
-    self.ds = dataset if dataset is not None else data.prepare(cfg, str(self.workdir))
+    self.ds = dataset if dataset is not None else dataset_lib.prepare(cfg, str(self.workdir))
     # The micro-batch that fits the device (unless set), and so the accumulation.
     cfg = self.cfg = memory.resolve_max_tokens_per_device(
         cfg, self.num_devices, self.ds.buckets[-1], packed=self.ds.pack_lengths is not None)
-    self.accum = data.accum_steps(cfg, self.num_devices)
+    self.accum = dataset_lib.accum_steps(cfg, self.num_devices)
     self.train_iter = self.ds.train_iterator(jax.local_device_count(), self.accum,
                                              jax.process_index(), jax.process_count())
 
@@ -386,11 +386,11 @@ def matching_params(params: Any, expected: Any) -> Any:
 
 
 def train_and_evaluate(cfg: TransformerConfig, workdir: str | os.PathLike,
-                       dataset: Optional[data.Dataset] = None,
+                       dataset: Optional[dataset_lib.Dataset] = None,
                        init_params: Any = None) -> dict[str, Any]:
   """Trains `cfg.num_train_steps` updates into `workdir` (resuming if it holds a run).
 
-  `dataset`: `data.prepare(cfg, workdir)`'s result, prepared here if not given.
+  `dataset`: `dataset_lib.prepare(cfg, workdir)`'s result, prepared here if not given.
   Returns a summary: final_step, train_loss (last logged), dev_loss,
   dev_perplexity and dev_accuracy (last evaluation), wall_time_s (set-up and
   training), tokens_per_s (real target tokens per second of training),

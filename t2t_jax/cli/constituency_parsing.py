@@ -15,15 +15,15 @@ import json
 from typing import Any, Optional, Sequence
 
 from t2t_jax.cli import exits
-from t2t_jax.cli import flags as cli
+from t2t_jax.cli import flags
 from t2t_jax.recipes import paper
 from t2t_jax.recipes import parsing
 
 
 @exits.command
 def main(argv: Optional[Sequence[str]] = None,
-         prog: str = "python -m t2t_jax.cli.parsing") -> dict[str, Any]:
-  parser = cli.parser(prog, f"{__doc__}\n{parsing.__doc__}", config="parsing",
+         prog: str = "python -m t2t_jax.cli.constituency_parsing") -> dict[str, Any]:
+  parser = flags.parser(prog, f"{__doc__}\n{parsing.__doc__}", config="parsing",
                       defaults=parsing.SCRIPT_DEFAULTS)
   parser.add_argument("--workdir", default="runs/parsing", help="where the run lives")
   parser.add_argument("--treebank_dir", help="your Penn Treebank (see above)")
@@ -38,7 +38,7 @@ def main(argv: Optional[Sequence[str]] = None,
   else:
     parser.error("give --treebank_dir=DIR or all of --train=, --dev= and --test= "
                  "(your own Penn Treebank files: it is licensed and not shipped)")
-  out = parsing.run(cli.config(args, parsing.SCRIPT_DEFAULTS), args.workdir, files)
+  out = parsing.run(flags.config(args, parsing.SCRIPT_DEFAULTS), args.workdir, files)
   test = out["test"]
   print(f"Section-23-style test set: labelled F1 {test['f1']:.2f} (precision "
         f"{test['precision']:.2f}, recall {test['recall']:.2f}, {test['sentences']} sentences); "

@@ -6,15 +6,15 @@ import json
 import pytest
 
 import treebanks  # tests/ is on sys.path
-from t2t_jax.cli import parsing as parsing_command
-from t2t_jax.recipes import parsing as parsing_recipe
-from t2t_jax.recipes import treebank as parsing
+from t2t_jax.cli import constituency_parsing
+from t2t_jax.recipes import parsing
+from t2t_jax.recipes import treebank
 
 
 def test_parsing_pipeline_end_to_end(tmp_path):
   treebanks.write_treebank(tmp_path / "treebank", "named")
   workdir = tmp_path / "run"
-  out = parsing_command.main([
+  out = constituency_parsing.main([
       f"--treebank_dir={tmp_path / 'treebank'}", f"--workdir={workdir}",
       "--config.num_layers=1", "--config.d_model=32", "--config.d_ff=64",
       "--config.num_heads=2", "--config.vocab_size=80", "--config.num_train_steps=1",
@@ -32,20 +32,20 @@ def test_parsing_pipeline_end_to_end(tmp_path):
   assert src[3] == "Dogs want to run ."
   assert tgt[3] == "(S (NP XX )NP (VP XX (S (VP XX (VP XX )VP )VP )S )VP XX )S"
   # Every decoded line became a tree over exactly its sentence.
-  predicted = [parsing.parse_trees(line)[0] for line in
+  predicted = [treebank.parse_trees(line)[0] for line in
                (workdir / "test.trees").read_text().splitlines()]
   gold = [treebanks.tree(t) for t in treebanks.TREES[2:5]]
-  assert [parsing.words(p) for p in predicted] == [parsing.words(g) for g in gold]
+  assert [treebank.words(p) for p in predicted] == [treebank.words(g) for g in gold]
   assert json.loads((workdir / "parsing_results.json").read_text())["test"] == scores
   written = json.loads((workdir / "config.json").read_text())
   assert written["beam_size"] == 2   # a flag
   # the command's own default between the preset (256) and the flags
-  assert written["max_target_length"] == parsing_recipe.SCRIPT_DEFAULTS["max_target_length"]
+  assert written["max_target_length"] == parsing.SCRIPT_DEFAULTS["max_target_length"]
 
 
 def test_a_missing_treebank_or_no_files_end_in_one_line(tmp_path, capsys):
   with pytest.raises(SystemExit, match="licensed"):
-    parsing_command.main([f"--treebank_dir={tmp_path / 'missing'}"])
+    constituency_parsing.main([f"--treebank_dir={tmp_path / 'missing'}"])
   with pytest.raises(SystemExit):
-    parsing_command.main([])
+    constituency_parsing.main([])
   assert "--treebank_dir" in capsys.readouterr().err
