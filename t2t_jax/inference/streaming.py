@@ -171,19 +171,20 @@ def _translate_window(members, tokenizer, numbered: Sequence[tuple[int, str]], *
       members, tokenizer, [indices[k] for k in chunk], [encoded[k][0] for k in chunk],
       [encoded[k][1] for k in chunk], search, batch_size, aligned)
   lengths = [len(ids) for ids, _ in encoded]
-  found = sentence_batches.by_length(translate, lengths, batch_size=batch_size, in_flight=in_flight,
-                          indices=[k for k, n in enumerate(lengths) if n])
+  found = sentence_batches.by_length(translate, lengths, batch_size=batch_size,
+                                     in_flight=in_flight,
+                                     indices=[k for k, n in enumerate(lengths) if n])
   blank = Hypothesis("", 0.0, None if aligned is None else [])
   return [Translation(indices[k], found[k] if k in found else [blank]) for k in range(len(lines))]
 
 
 def stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
-                     lines: Iterable[str], *, search: search_lib.Search,
-                     batch_size: int = 64, window: Optional[int] = None,
-                     alignments: Optional[Alignments] = None,
-                     in_flight: int = in_flight_lib.DEFAULT,
-                     long_inputs: str = long_inputs_lib.DEFAULT, grouped: bool = False,
-                     warn: Callable[[str], None] = log.warning) -> Iterator[Translation]:
+           lines: Iterable[str], *, search: search_lib.Search,
+           batch_size: int = 64, window: Optional[int] = None,
+           alignments: Optional[Alignments] = None,
+           in_flight: int = in_flight_lib.DEFAULT,
+           long_inputs: str = long_inputs_lib.DEFAULT, grouped: bool = False,
+           warn: Callable[[str], None] = log.warning) -> Iterator[Translation]:
   """One `Translation` per line of `lines`, in input order, `window` lines at a time.
 
   `window` (default 16 batches) bounds the lines held in memory; larger windows

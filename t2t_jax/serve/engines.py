@@ -56,7 +56,7 @@ class Settings:
 def _search(engine: "JaxEngine | CTranslate2Engine", settings: Settings) -> search_lib.Search:
   # The checks of the command line (n_best <= beam_size, ...), with their messages.
   return search_lib.Search.from_config(engine.cfg, beam_size=settings.beam_size,
-                                  n_best=settings.n_best, max_len_a=engine.max_len_a)
+                                       n_best=settings.n_best, max_len_a=engine.max_len_a)
 
 
 def _count_pieces(engine: "Engine", text: str) -> int:
