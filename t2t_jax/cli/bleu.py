@@ -20,7 +20,7 @@ from t2t_jax.inference import bleu as bleu_lib
 
 @exits.command
 def main(argv: Optional[Sequence[str]] = None) -> None:
-  parser = flags.parser("python -m t2t_jax.cli.bleu", f"{__doc__}\n{evaluate.__doc__}")
+  parser = flags.parser("python -m t2t_jax.cli.bleu", f"{__doc__}\n{bleu_lib.__doc__}")
   commands = parser.add_subparsers(dest="command", required=True)
   bleu = commands.add_parser("bleu", help="score a hypothesis file against a reference file")
   bleu.add_argument("--hyp", required=True, help="detokenised hypotheses, one per line")
