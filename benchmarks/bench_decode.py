@@ -139,7 +139,7 @@ def measure_random(name: str, args) -> list[dict]:
   if not cfg.share_embeddings:
     raise ValueError(f"config {name} has separate output embeddings; this benchmark zeroes "
                      "the shared one's EOS row")
-  params = jax.jit(functools.partial(model.init_params, cfg))(jax.random.key(0))
+  params = jax.jit(functools.partial(model.init_params, cfg.model))(jax.random.key(0))
   params["embedding"]["embedding"] = params["embedding"]["embedding"].at[EOS_ID].set(0.0)
   rng = np.random.default_rng(0)
   inputs = rng.integers(3, cfg.vocab_size, size=(args.sentences, args.source_len))
@@ -330,10 +330,10 @@ def _jitted_search():
   @functools.partial(jax.jit, static_argnames=("cfg", "beam_size", "output_len", "cached"))
   def search(params, inputs, *, cfg, beam_size, output_len, cached):
     if cached:
-      cache = model.init_cache(cfg, params, inputs, output_len)
-      step_fn = functools.partial(model.decode_step, cfg, params)
+      cache = model.init_cache(cfg.model, params, inputs, output_len)
+      step_fn = functools.partial(model.decode_step, cfg.model, params)
     else:
-      cache, step_fn = uncached.uncached_decoder(cfg, params, inputs, output_len)
+      cache, step_fn = uncached.uncached_decoder(cfg.model, params, inputs, output_len)
     # eos_id=-1 never matches a token: every hypothesis decodes output_len tokens.
     return beam_search.beam_search(step_fn, cache, beam_size=beam_size, alpha=cfg.alpha,
                                    max_len=output_len, eos_id=-1)
@@ -419,7 +419,7 @@ def _random_workload(args):
   from t2t_jax.ids import EOS_ID  # pylint: disable=import-outside-toplevel
   from t2t_jax.model import transformer as model
   cfg = configs.get_config(args.configs.split(",")[0])
-  params = jax.jit(functools.partial(model.init_params, cfg))(jax.random.key(0))
+  params = jax.jit(functools.partial(model.init_params, cfg.model))(jax.random.key(0))
   params = jax.device_get(params)
   rng = np.random.default_rng(0)
   sources = rng.integers(3, cfg.vocab_size, size=(args.sentences, args.source_len - 1))

@@ -88,12 +88,12 @@ def main() -> None:
         print(_row(target, "packing (same rows)", "packed" if packed else "unpacked", p,
                    cudnn_flops(p)), flush=True)
     if "decode" in choices:
-      for variant in (True, False):
+      for variant in ("vocab_major", "row_major"):
         p = aot.compile_decode_step(cfg.replace(num_layers=6, vocab_size=37000), target,
                                     sentences=64, source_length=64, max_decode_len=114,
-                                    vocab_major=variant)
-        print(_row(target, "decode step logits (64 x beam 4)",
-                   "vocab-major" if variant else "row-major", p), flush=True)
+                                    logits_layout=variant)
+        print(_row(target, "decode step logits (64 x beam 4)", variant.replace("_", "-"), p),
+              flush=True)
     if "topk" in choices:
       for variant, fn in (("blocked", lambda x: topk.blocked_top_k(x, 8)),
                           ("lax.top_k", lambda x: jax.lax.top_k(x, 8))):

@@ -47,6 +47,7 @@ from t2t_jax.export import loading  # noqa: E402
 from t2t_jax.ids import EOS_ID, PAD_ID  # noqa: E402
 from t2t_jax.inference import sentence_batches  # noqa: E402
 from t2t_jax.inference import translator as inference
+from t2t_jax.model import encoder_decoder
 from t2t_jax.model import transformer as model
 
 
@@ -61,7 +62,7 @@ def _logit_differences(cfg, params, sources, outputs) -> dict[str, float]:
   torch = loading.require("torch")
   inputs = _padded(sources)
   targets = _padded([o + [EOS_ID] for o in outputs])
-  ours = np.asarray(model.Transformer(cfg).apply({"params": params}, jnp.asarray(inputs),
+  ours = np.asarray(model.Transformer(cfg.model).apply({"params": params}, jnp.asarray(inputs),
                                                  jnp.asarray(targets)))
   real = targets != 0
   decoder_inputs = np.array(model.shift_right(targets))  # writable, for torch
@@ -78,7 +79,7 @@ def _logit_differences(cfg, params, sources, outputs) -> dict[str, float]:
             "without the rescaling": largest(plain)}
   for module in plain.modules():
     if isinstance(module, torch.nn.LayerNorm):
-      module.eps = model.LAYER_NORM_EPSILON
+      module.eps = encoder_decoder.LAYER_NORM_EPSILON
   result["control: transformers with epsilon 1e-6"] = largest(plain)
   result["largest |logit|"] = float(np.abs(ours[real]).max())
   return result
@@ -151,7 +152,7 @@ def main() -> None:
 def _random_recipe(ctranslate2, preset, workdir, lines) -> None:
   """3. for random parameters of `preset`; ids past the work directory's pieces are placeholders."""
   cfg = configs.get_config(preset)
-  params = jax.device_get(model.init_params(cfg, jax.random.key(7)))
+  params = jax.device_get(model.init_params(cfg.model, jax.random.key(7)))
   tokenizer = inference.load_tokenizer(workdir)
   ids = [tokenizer.encode(line)[:-1][:cfg.max_len - 1] + [EOS_ID] for line in lines]
   print(f"random {preset} parameters (seed 7): {len(ids)} sentences")

@@ -188,10 +188,6 @@ class ModelConfig:
   key_depth = TransformerConfig.key_depth
   value_depth = TransformerConfig.value_depth
 
-  @property
-  def model(self) -> "ModelConfig":
-    return self
-
 
 MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig))
 _FIELDS_BY_NAME = {f.name: f for f in dataclasses.fields(TransformerConfig)}

@@ -14,7 +14,7 @@ from t2t_jax.recipes import paper
 
 
 def _real_count(cfg):
-  shapes = jax.eval_shape(functools.partial(_init_params(), cfg), jax.random.key(0))
+  shapes = jax.eval_shape(functools.partial(_init_params(), cfg.model), jax.random.key(0))
   return sum(x.size for x in jax.tree.leaves(shapes))
 
 

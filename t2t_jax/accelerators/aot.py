@@ -154,7 +154,7 @@ def compile_eval_step(cfg: TransformerConfig, target: Target, rows: int, length:
   """The dev-set evaluation of [rows, length] unpacked rows per device."""
   cfg = kernels.for_platform(cfg, target.platform)
   m = mesh(target)
-  params = jax.eval_shape(functools.partial(model_lib.init_params, cfg), jax.random.key(0))
+  params = jax.eval_shape(functools.partial(model_lib.init_params, cfg.model), jax.random.key(0))
   batch = {n: jax.ShapeDtypeStruct((target.devices, 1, rows, length), jnp.int32,
                                    sharding=NamedSharding(m, P(parallel.AXIS)))
            for n in ("inputs", "targets")}
@@ -164,21 +164,22 @@ def compile_eval_step(cfg: TransformerConfig, target: Target, rows: int, length:
 
 def compile_decode_step(cfg: TransformerConfig, target: Target, sentences: int,
                         source_length: int, max_decode_len: int,
-                        vocab_major: bool = True) -> Program:
+                        logits_layout: str = "vocab_major") -> Program:
   """One cached beam-search position for `sentences` x `cfg.beam_size` rows on one device,
   as decode.py runs it (vocabulary-major logits, unordered self-attention cache)."""
   cfg = kernels.for_platform(cfg, target.platform)
   one = NamedSharding(jax.sharding.Mesh(np.array(topology(target).devices[:1]), ("x",)), P())
-  params = jax.eval_shape(functools.partial(model_lib.init_params, cfg), jax.random.key(0))
+  params = jax.eval_shape(functools.partial(model_lib.init_params, cfg.model), jax.random.key(0))
   inputs = jax.ShapeDtypeStruct((sentences, source_length), jnp.int32)
-  cache = jax.eval_shape(functools.partial(model_lib.init_cache, cfg, max_decode_len=max_decode_len),
-                         params, inputs)
+  cache = jax.eval_shape(
+      functools.partial(model_lib.init_cache, cfg.model, max_decode_len=max_decode_len), params,
+      inputs)
   rows = sentences * cfg.beam_size
   # The search keeps the per-position parts once per hypothesis (decode_cache.tile).
   cache = jax.eval_shape(lambda c: decode_cache.tile(c, cfg.beam_size), cache)
   tokens = jax.ShapeDtypeStruct((rows,), jnp.int32)
   position = jax.ShapeDtypeStruct((), jnp.int32)
-  step = jax.jit(functools.partial(model_lib.decode_step, cfg, vocab_major=vocab_major))
+  step = jax.jit(functools.partial(model_lib.decode_step, cfg.model, logits_layout=logits_layout))
   args = (_placed(params, one), _placed(cache, one), _placed(tokens, one), _placed(position, one))
   return _program(step.lower(*args))
 

@@ -30,6 +30,7 @@ from typing import Any, Callable, Optional, Sequence
 
 import jax
 
+from t2t_jax import errors
 from t2t_jax.cli import flags
 from t2t_jax.cli import logs
 from t2t_jax.runtime import extras
@@ -41,11 +42,6 @@ from t2t_jax.runtime import preemption
 # What a command reports in one line: what the user can fix (the message says how).
 USER_ERRORS = (OSError, ValueError, FloatingPointError, MemoryError, extras.MissingExtraError,
                lock.WorkdirBusyError)
-
-
-def one_line(error: BaseException) -> str:
-  text = str(error).strip()
-  return text.splitlines()[0] if text else type(error).__name__
 
 
 def exit_at_once(line: str, status: int) -> typing.NoReturn:
@@ -81,17 +77,17 @@ def command(main: Callable[..., Any]) -> Callable[..., Any]:
     try:
       return main(argv, *args, **kwargs)
     except preemption.Preempted as e:
-      print(one_line(e), file=sys.stderr, flush=True)
+      print(errors.one_line(e), file=sys.stderr, flush=True)
       raise SystemExit(e.exit_code) from None
     except preemption.SignalledAgain as e:
-      exit_at_once(f"\n{one_line(e)}", e.exit_code)
+      exit_at_once(f"\n{errors.one_line(e)}", e.exit_code)
     except Exception as e:  # pylint: disable=broad-except
       if multihost.is_multiprocess():
         if not isinstance(e, USER_ERRORS):
           traceback.print_exc()
-        fail_together(one_line(e))  # the other processes stop too, within seconds
+        fail_together(errors.one_line(e))  # the other processes stop too, within seconds
       if isinstance(e, USER_ERRORS):
-        raise SystemExit(f"error: {one_line(e)}") from None
+        raise SystemExit(f"error: {errors.one_line(e)}") from None
       raise
 
   def console() -> None:

@@ -129,7 +129,7 @@ def format_pairs(pairs: Sequence[tuple[int, int]]) -> str:
 # ------------------------------------------------------------------- with the model
 
 
-def check_layer_and_head(cfg: configs.TransformerConfig, layer: int,
+def check_layer_and_head(cfg: configs.ModelConfig, layer: int,
                          head: Optional[int]) -> int:
   """The decoder layer's index (`layer` may count from the end); ValueError if either is missing."""
   if not -cfg.num_layers <= layer < cfg.num_layers:
@@ -151,7 +151,7 @@ def _cross_attention(params: Any, inputs: jax.Array, targets: jax.Array, *,
   return weights.mean(axis=1) if head is None else weights[:, head]  # [batch, tgt, src]
 
 
-def cross_attention(cfg: configs.TransformerConfig, params: Any, inputs: Any, targets: Any, *,
+def cross_attention(cfg: configs.ModelConfig, params: Any, inputs: Any, targets: Any, *,
                     layer: int = -1, head: Optional[int] = None) -> np.ndarray:
   """One decoder layer's encoder-decoder attention [batch, tgt, src], float32.
 
@@ -161,7 +161,7 @@ def cross_attention(cfg: configs.TransformerConfig, params: Any, inputs: Any, ta
   """
   layer = check_layer_and_head(cfg, layer, head)
   return np.asarray(_cross_attention(params, jnp.asarray(inputs, jnp.int32),
-                                     jnp.asarray(targets, jnp.int32), model=cfg.model,
+                                     jnp.asarray(targets, jnp.int32), model=cfg,
                                      layer=layer, head=head))
 
 
@@ -176,7 +176,7 @@ def _padded(rows: Sequence[Sequence[int]], num_rows: int, limit: int) -> np.ndar
   return out
 
 
-def align(models: Sequence[tuple[configs.TransformerConfig | configs.ModelConfig, Any]],
+def align(models: Sequence[tuple[configs.ModelConfig, Any]],
           sources: Sequence[Sequence[int]], source_words: Sequence[Sequence[int]],
           outputs: Sequence[Sequence[int]], output_words: Sequence[Sequence[int]], *,
           layer: int = -1, head: Optional[int] = None) -> list[Pairs]:

@@ -23,17 +23,16 @@ import jax
 import jax.numpy as jnp
 
 from t2t_jax import configs
-from t2t_jax.decoding import next_token
 from t2t_jax.decoding.beam_search import StepFn
+from t2t_jax.model import logits as logits_lib
 from t2t_jax.model import transformer
 
 Array = jax.Array
 
 
 class Member(NamedTuple):
-  """One model of an ensemble: its config (a run's `TransformerConfig` or its `ModelConfig`)
-  and parameters."""
-  cfg: configs.TransformerConfig | configs.ModelConfig
+  """One model of an ensemble: its `ModelConfig` (a run config's `.model`) and parameters."""
+  cfg: configs.ModelConfig
   params: Any
 
 
@@ -47,7 +46,7 @@ def ensemble_step(step_fns: Sequence[StepFn]) -> StepFn:
     log_probs, new_caches = [], []
     for step_fn, cache in zip(step_fns, caches, strict=True):
       logits, cache = step_fn(cache, tokens, position)
-      log_probs.append(jax.nn.log_softmax(next_token.row_major(logits).astype(jnp.float32),
+      log_probs.append(jax.nn.log_softmax(logits_lib.row_major(logits).astype(jnp.float32),
                                           axis=-1))
       new_caches.append(cache)
     widths = {lp.shape[-1] for lp in log_probs}
@@ -73,8 +72,8 @@ def step_function(members: Sequence[Member]) -> StepFn:
   check_compatible(members)
   # One model's logits go to the search as they are, vocabulary-major (read in
   # place, decoding/next_token.py); an ensemble averages row-major log-probabilities.
-  vocab_major = len(members) == 1
-  steps = [functools.partial(transformer.decode_step, m.cfg, m.params, vocab_major=vocab_major)
+  layout = "vocab_major" if len(members) == 1 else "row_major"
+  steps = [functools.partial(transformer.decode_step, m.cfg, m.params, logits_layout=layout)
            for m in members]
   return steps[0] if len(members) == 1 else ensemble_step(steps)
 

@@ -1,13 +1,9 @@
 """Next-token log-probabilities from a decoding step's logits, in either layout.
 
 A step function (decoding/beam_search.py) returns logits [rows, vocab], or `VocabMajor` logits
-[vocab, rows]: the model's output projection computed as E . y^T (E the
-[vocab, d_model] embedding, y the rows' decoder states). On XLA CPU that product
-runs 1.4x faster than y . E^T for a beam's few rows against a 37000-word
-vocabulary (docs/benchmarks.md), as long as nothing transposes its result: the
-searches read it through `best`, which reduces and picks along the vocabulary
-axis in place. Either layout gives the same tokens and log-probabilities, up to
-the rounding of the product.
+[vocab, rows] (model/logits.py says why); `best` reduces and picks along the
+vocabulary axis in place, so nothing transposes them. Either layout gives the
+same tokens and log-probabilities, up to the rounding of the product.
 """
 
 from __future__ import annotations
@@ -16,14 +12,10 @@ import jax
 import jax.numpy as jnp
 
 from t2t_jax.decoding import topk
-from t2t_jax.model.logits import Logits, VocabMajor, row_major  # noqa: F401  (re-exported for step functions)
+from t2t_jax.model.logits import NEG_INF, Logits, VocabMajor, row_major
 from t2t_jax.ids import PAD_ID
 
 Array = jax.Array
-
-# Log-probability of impossible hypotheses: finite, so sums and divisions of it
-# never make NaN, and far below any real log-probability of a float32 softmax.
-NEG_INF = -1.0e9
 
 
 def log_probs(logits: Logits) -> Array:

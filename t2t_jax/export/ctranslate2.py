@@ -32,8 +32,8 @@ from t2t_jax import ids
 from t2t_jax.export import huggingface
 from t2t_jax.export import loading
 from t2t_jax.export import weights as weights_lib
+from t2t_jax.model import encoder_decoder
 from t2t_jax.model import layers
-from t2t_jax.model import transformer
 
 log = logging.getLogger(__name__)
 
@@ -101,7 +101,7 @@ def ctranslate2_spec(cfg: configs.TransformerConfig, params: Any, tokens: Sequen
   spec.config.unk_token, spec.config.eos_token = "<unk>", "</s>"
   spec.config.bos_token = spec.config.decoder_start_token = "<pad>"
   spec.config.add_source_eos = False       # the caller's pieces end with </s> (USAGE)
-  spec.config.layer_norm_epsilon = transformer.LAYER_NORM_EPSILON
+  spec.config.layer_norm_epsilon = encoder_decoder.LAYER_NORM_EPSILON
   spec.register_source_vocabulary(list(tokens))
   spec.register_target_vocabulary(list(tokens))
   return spec

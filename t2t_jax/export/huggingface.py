@@ -37,7 +37,7 @@ from t2t_jax import ids
 from t2t_jax.decoding import beam_search
 from t2t_jax.export import loading
 from t2t_jax.export import weights as weights_lib
-from t2t_jax.model import transformer
+from t2t_jax.model import encoder_decoder
 
 log = logging.getLogger(__name__)
 
@@ -87,7 +87,7 @@ def marian_state_dict(cfg: configs.TransformerConfig, params: Any,
   """Our params as a MarianMTModel state dict (float32 NumPy) computing our function.
 
   The model dimension is permuted (`marian_permutation`). Marian normalises with
-  `layer_norm_epsilon` where we use transformer.LAYER_NORM_EPSILON; as LayerNorm(c z)
+  `layer_norm_epsilon` where we use encoder_decoder.LAYER_NORM_EPSILON; as LayerNorm(c z)
   with epsilon c^2 eps equals LayerNorm(z) with eps, the residual stream after
   each stack's first layer norm is carried c = sqrt(layer_norm_epsilon / ours)
   times larger: the gain and bias of every layer norm times c (but the decoder's
@@ -100,7 +100,7 @@ def marian_state_dict(cfg: configs.TransformerConfig, params: Any,
   """
   w = weights_lib.from_params(cfg, params)
   perm = marian_permutation(cfg.d_model)
-  c = math.sqrt(layer_norm_epsilon / transformer.LAYER_NORM_EPSILON)
+  c = math.sqrt(layer_norm_epsilon / encoder_decoder.LAYER_NORM_EPSILON)
   state = {"model.shared.weight": w.embedding[:, perm],
            "final_logits_bias": np.zeros((1, cfg.vocab_size), np.float32)}
   for i, (enc, dec) in enumerate(zip(w.encoder, w.decoder)):
@@ -162,7 +162,7 @@ def marian_model(cfg: configs.TransformerConfig, params: Any, rescale_epsilon: b
   if len(epsilons) != 1:
     raise RuntimeError(f"transformers {transformers.__version__}'s Marian layer norms have "
                        f"several epsilons {sorted(epsilons)}; the export assumes one")
-  epsilon = epsilons.pop() if rescale_epsilon else transformer.LAYER_NORM_EPSILON
+  epsilon = epsilons.pop() if rescale_epsilon else encoder_decoder.LAYER_NORM_EPSILON
   state = {k: torch.from_numpy(v) for k, v in marian_state_dict(cfg, params, epsilon).items()}
   missing, unexpected = marian.load_state_dict(state, strict=False)
   untied = [k for k in missing if not k.endswith(("embed_tokens.weight", "embed_positions.weight"))

@@ -58,10 +58,12 @@ def load_tokenizer(workdir: str | os.PathLike) -> vocab.Tokenizer:
 
 
 def load_model(path: str | os.PathLike, average: bool = True, **overrides: Any
-               ) -> tuple[ensemble.Member, vocab.Tokenizer]:
-  """A work directory's or one checkpoint's (config, params) and the tokenizer it was trained with.
+               ) -> tuple[configs.TransformerConfig, ensemble.Member, vocab.Tokenizer]:
+  """A work directory's or one checkpoint's run config, model and the tokenizer it was trained with.
 
-  `overrides`: config fields to change for decoding, e.g. beam_size=1.
+  The model is an `ensemble.Member` (the config's `.model` and the params); the
+  run config gives the decoding defaults. `overrides`: config fields to change
+  for decoding, e.g. beam_size=1.
   """
   workdir = averaging.checkpoint_workdir(path) or pathlib.Path(path)
   if not workdir.is_dir():
@@ -72,7 +74,7 @@ def load_model(path: str | os.PathLike, average: bool = True, **overrides: Any
     params = averaging.load_checkpoint_params(path)
   else:
     params = averaging.load_params(workdir, averaged=average)
-  return ensemble.Member(cfg, params), tokenizer
+  return cfg, ensemble.Member(cfg.model, params), tokenizer
 
 
 def _check_same_vocabulary(first: str, tokenizer: vocab.Tokenizer, cfg: configs.TransformerConfig,
@@ -104,26 +106,27 @@ class Translator:
     e.g. beam_size=1; the first model's config gives the decoding defaults.
     """
     same = {} if dtype is None else {"dtype": dtype}
-    first, tokenizer = load_model(workdir, average, **overrides, **same)
+    self.cfg, first, tokenizer = load_model(workdir, average, **overrides, **same)
     members = [first]
     for path in ensemble:
-      member, other = load_model(path, average, **same)
-      _check_same_vocabulary(str(workdir), tokenizer, first.cfg, str(path), other, member.cfg)
+      cfg, member, other = load_model(path, average, **same)
+      _check_same_vocabulary(str(workdir), tokenizer, self.cfg, str(path), other, cfg)
       members.append(member)
-    self._hold(members, tokenizer)
+    self._hold(self.cfg, members, tokenizer)
 
   @classmethod
   def from_params(cls, cfg: configs.TransformerConfig, params: Params,
                   tokenizer: vocab.Tokenizer) -> "Translator":
     """One model already in memory (no work directory), e.g. a run's params after training."""
     translator = cls.__new__(cls)
-    translator._hold([ensemble.Member(cfg, params)], tokenizer)
+    translator._hold(cfg, [ensemble.Member(cfg.model, params)], tokenizer)
     return translator
 
-  def _hold(self, members: list[ensemble.Member], tokenizer: vocab.Tokenizer) -> None:
-    # The first model's config gives the decoding defaults.
-    self.members, self.tokenizer = members, tokenizer
-    self.cfg, self.params = members[0].cfg, members[0].params
+  def _hold(self, cfg: configs.TransformerConfig, members: list[ensemble.Member],
+            tokenizer: vocab.Tokenizer) -> None:
+    # The run config (not a member's model config) gives the decoding defaults.
+    self.cfg, self.members, self.tokenizer = cfg, members, tokenizer
+    self.params = members[0].params
 
   def translate(self, lines: Sequence[str], **settings: Any) -> list[str]:
     """The best translation of each line; `settings` as for `translate_stream`."""

@@ -63,7 +63,7 @@ def attention_maps(cfg: Any, params: Any, source_ids: Sequence[int],
     if ids.ndim != 1 or ids.size == 0 or (ids == 0).any():
       raise ValueError(f"{name} must be a non-empty 1-D list of ids without padding (0), "
                        f"got {ids.tolist()}")
-  forward = jax.jit(lambda p, s, t: transformer.Transformer(cfg).apply(
+  forward = jax.jit(lambda p, s, t: transformer.Transformer(cfg.model).apply(
       {"params": p}, s, t, train=False, mutable=["intermediates"])[1]["intermediates"])
   sown = forward(params, jnp.asarray(source[None]), jnp.asarray(target[None]))
 

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from t2t_jax import errors
 from t2t_jax.model import decode_cache
 from t2t_jax.model import layers
 from t2t_jax.model import step_attention
@@ -107,7 +108,7 @@ class MultiHeadAttention(nn.Module):
     return self.out(out)
 
   # ---------------------------------------------------------------- one position at a time
-  # The caches are in the layouts the search keeps them in (model/step_attention.py).
+  # The write-once caches: layouts and why, model/step_attention.py.
 
   @staticmethod
   def weights(params: Any) -> dict[str, Array]:
@@ -128,20 +129,19 @@ class MultiHeadAttention(nn.Module):
   def init_self_cache(self, batch: int, length: int) -> dict[str, decode_cache.Unordered]:
     """Zero self-attention keys [batch, heads, d_k, length] and values [batch, heads, length, d_v].
 
-    Keys keep depth before positions so that `step_self`'s logits are a plain
-    product; both are `Unordered`: the search never reorders their rows.
+    Both `Unordered`: the write-once caches (model/step_attention.py).
     """
     zeros = lambda *shape: jnp.zeros((batch, self.num_heads) + shape, self.dtype)
     return {"key": decode_cache.Unordered(zeros(self.d_k, length), axis=3),
             "value": decode_cache.Unordered(zeros(length, self.d_v), axis=2)}
 
   def step_self(self, y: Array, cache: dict[str, decode_cache.Unordered], position: Array,
-                reads: Array, bias: Array) -> tuple[Array, dict[str, decode_cache.Unordered]]:
+                holds: Array, bias: Array) -> tuple[Array, dict[str, decode_cache.Unordered]]:
     """Self-attention of one position y [rows, 1, d_model] -> [rows, 1, d_model], new cache.
 
     Writes the position's keys/values at `position` of `cache` (`init_self_cache`'s
-    layout, tiled to rows); `reads` [batch, r, r, length] bool says which of its
-    sentence's r rows holds each row's key/value at each position (rows = batch * r);
+    layout, tiled to rows); `holds` [batch, r, r, length] says which of its sentence's
+    r rows holds each row's key/value at each position (`step_attention.record_position`);
     bias [1, 1, 1, length] masks the positions not yet (or no longer) visible.
     """
     w = self.weights(self.variables["params"])
@@ -158,7 +158,7 @@ class MultiHeadAttention(nn.Module):
     values = lax.dynamic_update_slice(values, v.transpose(0, 2, 1, 3).astype(values.dtype),
                                       (0, 0, position, 0))             # [rows, heads, length, d_v]
     out = step_attention.self_attention(step_attention.scaled_queries(q, self.dtype), keys,
-                                        values, reads, bias, self.dtype)
+                                        values, holds, bias, self.dtype)
     return self.out(out), {"key": cache["key"].replace(value=keys),
                            "value": cache["value"].replace(value=values)}
 
@@ -188,4 +188,4 @@ class MultiHeadAttention(nn.Module):
       return layers.fused_attention(q, k, v, mask, self.dtype, implementation)
     except (NotImplementedError, RuntimeError, ValueError) as e:  # checked while tracing
       raise ValueError(f"attention layer {self._where()}: {implementation} attention cannot "
-                       f"be built ({layers.one_line(e)}); use --config.attention_impl=core") from e
+                       f"be built ({errors.one_line(e)}); use --config.attention_impl=core") from e

@@ -15,10 +15,7 @@ Two wrappers tell the search what it may do with a part of the cache:
                      the position) and pad it with zeros as decoding goes on.
   Unordered(x, axis) Positions buffers that the search tiles and resizes but never
                      reorders: row i keeps what the hypothesis in row i wrote at
-                     each position. The step function finds a hypothesis' entries
-                     through a per-row record of the rows that wrote them (a
-                     Positions part it updates and the search reorders), so a new
-                     step costs no copy of these buffers.
+                     each position (the write-once caches, model/step_attention.py).
 
 Every other leaf is per row: tiled when the search multiplies the rows and
 reordered when it picks new rows. A cache without wrappers is all per row. The

@@ -22,7 +22,6 @@ fused one where it applies (docs/model.md).
 from __future__ import annotations
 
 import functools
-import logging
 import math
 from typing import Any, Callable, Optional
 
@@ -33,19 +32,9 @@ import jax.numpy as jnp
 from jax import lax
 
 from t2t_jax.ids import PAD_ID
-
-log = logging.getLogger(__name__)
-
-
-def one_line(error: BaseException) -> str:
-  text = str(error).strip()
-  return text.splitlines()[0] if text else type(error).__name__
+from t2t_jax.model.logits import NEG_INF
 
 Array = jax.Array
-
-# exp(-1e9 - max) underflows to exactly 0 in float32, and -1e9 + -1e9 is still
-# finite, so summed masks never overflow to -inf.
-NEG_INF = -1e9
 
 
 # ----------------------------------------------------------------------------- masks
@@ -76,7 +65,7 @@ def local_mask(length: int, window: int) -> Array:
 
 
 def mask_to_bias(mask: Array, dtype: Any = jnp.float32) -> Array:
-  """0 where `mask` is True, NEG_INF where it is False."""
+  """0 where `mask` is True, NEG_INF (model/logits.py) where it is False."""
   return jnp.where(mask, 0.0, NEG_INF).astype(dtype)
 
 

@@ -227,7 +227,7 @@ def attention(translator: inference.Translator, source: str, target: str, *, lay
     raise ValueError("source and target must both have words")
   inputs = sentence_batches.source_rows([source_ids], 1, cfg.max_len)
   targets = sentence_batches.source_rows([target_ids], 1, cfg.max_len)
-  weights = alignment.cross_attention(cfg, translator.params, inputs, targets, layer=layer,
+  weights = alignment.cross_attention(cfg.model, translator.params, inputs, targets, layer=layer,
                                       head=head)[0]       # [tgt, src]
   weights = weights[:len(target_ids) + 1, :len(source_ids) + 1]
   pairs = alignment.hard_alignment(weights, source_words, target_words)

@@ -66,7 +66,7 @@ def saved(tmp_path_factory):
                            decode_batch_size=4)
   assert tokenizer.vocab_size <= cfg.vocab_size
   (root / "config.json").write_text(json.dumps(dataclasses.asdict(cfg)))
-  first = model.init_params(cfg, jax.random.key(0))
+  first = model.init_params(cfg.model, jax.random.key(0))
   # A random model prefers the empty translation (its distributions are flat, or
   # peaked on whatever token); peaked ones (logits x10 through the shared
   # embedding) with EOS in the middle of the pack (logit 0) give real outputs.

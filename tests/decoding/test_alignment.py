@@ -102,7 +102,7 @@ TINY = configs.get_config("demo", vocab_size=24, num_layers=2, d_model=32, d_ff=
 
 @pytest.fixture(scope="module")
 def tiny_params():
-  return model.init_params(TINY, jax.random.key(3))
+  return model.init_params(TINY.model, jax.random.key(3))
 
 
 def test_batched_cross_attention_equals_the_one_sentence_maps(tiny_params):
@@ -111,8 +111,8 @@ def test_batched_cross_attention_equals_the_one_sentence_maps(tiny_params):
   outputs = [list(rng.integers(3, 24, n)) for n in (4, 6, 0)]
   inputs = alignment._padded(sources, 4, TINY.max_len)  # pylint: disable=protected-access
   targets = alignment._padded(outputs, 4, TINY.max_len)  # pylint: disable=protected-access
-  mean = alignment.cross_attention(TINY, tiny_params, inputs, targets, layer=0)
-  head = alignment.cross_attention(TINY, tiny_params, inputs, targets, layer=-1, head=1)
+  mean = alignment.cross_attention(TINY.model, tiny_params, inputs, targets, layer=0)
+  head = alignment.cross_attention(TINY.model, tiny_params, inputs, targets, layer=-1, head=1)
   assert mean.shape == head.shape == (4, targets.shape[1], inputs.shape[1])
   for b, (src, out) in enumerate(zip(sources, outputs)):
     alone = visualize.attention_maps(TINY, tiny_params, [*src, EOS_ID],
@@ -122,9 +122,9 @@ def test_batched_cross_attention_equals_the_one_sentence_maps(tiny_params):
     np.testing.assert_allclose(head[b, :rows, :columns], alone[-1][1], atol=1e-5)
     np.testing.assert_allclose(mean[b, :rows, columns:], 0.0, atol=1e-6)  # padding
   with pytest.raises(ValueError, match="layer=2 does not exist"):
-    alignment.cross_attention(TINY, tiny_params, inputs, targets, layer=2)
+    alignment.cross_attention(TINY.model, tiny_params, inputs, targets, layer=2)
   with pytest.raises(ValueError, match="head=4 does not exist"):
-    alignment.cross_attention(TINY, tiny_params, inputs, targets, head=4)
+    alignment.cross_attention(TINY.model, tiny_params, inputs, targets, head=4)
 
 
 def test_align_gives_pairs_within_both_sentences(tiny_params):
@@ -134,7 +134,8 @@ def test_align_gives_pairs_within_both_sentences(tiny_params):
   # Two pieces per word on the source side, one per word on the target side.
   source_words = [[p // 2 for p in range(len(s))] for s in sources]
   output_words = [list(range(len(o))) for o in outputs]
-  aligned = alignment.align([(TINY, tiny_params)], sources, source_words, outputs, output_words)
+  aligned = alignment.align([(TINY.model, tiny_params)], sources, source_words, outputs,
+                            output_words)
   assert len(aligned) == 3 and aligned[1] == []
   for pairs, src_words, out_words in zip(aligned, source_words, output_words):
     assert pairs == sorted(set(pairs))

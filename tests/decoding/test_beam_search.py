@@ -15,6 +15,7 @@ from t2t_jax.decoding import beam_search
 from t2t_jax.decoding import topk
 from t2t_jax.ids import EOS_ID, PAD_ID, strip_eos
 from t2t_jax.model import decode_cache
+from t2t_jax.model.logits import NEG_INF
 
 STATES = 97  # hidden states of the toy step function
 PACKAGE = pathlib.Path(beam_search.__file__).resolve().parents[1]
@@ -165,7 +166,7 @@ def test_finished_hypotheses_never_extend():
                                       max_len=max_len, n_best=4, min_len=0)
   check_well_formed(tokens, np.full(batch, max_len))
   assert np.any(np.asarray(tokens)[:, :, 0] == EOS_ID)  # the trap was reachable
-  assert np.all(np.isfinite(scores)) and np.all(scores > beam_search.NEG_INF / 2)
+  assert np.all(np.isfinite(scores)) and np.all(scores > NEG_INF / 2)
 
 
 def test_sentences_stop_early_and_respect_their_own_maximum():
@@ -232,7 +233,7 @@ def test_two_stage_top_k_equals_one_top_k_over_beam_times_vocab():
     beam_best = jax.lax.top_k(log_probs, min(n, vocab))
     top_log_prob, top_beam, top_token = beam_search._top_extensions(*beam_best, state, n)  # pylint: disable=protected-access
     candidates = jnp.where(alive_ok[..., None], alive_log_prob[..., None] + log_probs,
-                           beam_search.NEG_INF).reshape(5, beams * vocab)
+                           NEG_INF).reshape(5, beams * vocab)
     want_log_prob, want_index = jax.lax.top_k(candidates, n)
     np.testing.assert_array_equal(top_log_prob, want_log_prob)
     np.testing.assert_array_equal(top_beam, want_index // vocab)

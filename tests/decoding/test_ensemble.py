@@ -11,8 +11,8 @@ import pytest
 from t2t_jax import configs
 from t2t_jax.decoding import beam_search
 from t2t_jax.decoding import ensemble
-from t2t_jax.decoding import next_token
 from t2t_jax.ids import EOS_ID
+from t2t_jax.model import logits as logits_lib
 from t2t_jax.model import transformer as model
 
 SMALL = configs.get_config("demo", vocab_size=24, num_layers=2, d_model=32, d_ff=64, num_heads=4,
@@ -23,8 +23,8 @@ OTHER = SMALL.replace(num_layers=1, d_model=16, d_ff=32, num_heads=2)
 
 @pytest.fixture(scope="module")
 def members():
-  return [ensemble.Member(SMALL, model.init_params(SMALL, jax.random.key(0))),
-          ensemble.Member(OTHER, model.init_params(OTHER, jax.random.key(1)))]
+  return [ensemble.Member(SMALL.model, model.init_params(SMALL.model, jax.random.key(0))),
+          ensemble.Member(OTHER.model, model.init_params(OTHER.model, jax.random.key(1)))]
 
 
 def _inputs():
@@ -45,7 +45,7 @@ def _log_probs(members, inputs, prefix):
   previous = jnp.zeros(inputs.shape[0], jnp.int32)
   for position in range(prefix.shape[1]):
     logits, cache = step_fn(cache, previous, jnp.int32(position))
-    out.append(jax.nn.log_softmax(next_token.row_major(logits)))
+    out.append(jax.nn.log_softmax(logits_lib.row_major(logits)))
     previous = prefix[:, position]
   return np.asarray(jnp.stack(out), np.float64)
 
@@ -75,7 +75,7 @@ def test_one_model_is_the_model_and_two_identical_models_search_like_one(members
 
 def test_members_must_share_the_vocabulary(members):
   bigger = SMALL.replace(vocab_size=32)
-  odd = ensemble.Member(bigger, members[0].params)  # checked before any parameter is read
+  odd = ensemble.Member(bigger.model, members[0].params)  # checked before any parameter is read
   with pytest.raises(ValueError, match=r"vocab_size \[24, 32\]"):
     ensemble.init_decoder([members[0], odd], _inputs(), 8)
 

@@ -27,7 +27,7 @@ def padded(rows):
 
 @functools.partial(jax.jit, static_argnums=0)
 def forward(cfg, params, inputs, targets):
-  return model.Transformer(cfg).apply({"params": params}, inputs, targets)
+  return model.Transformer(cfg.model).apply({"params": params}, inputs, targets)
 
 
 def log_probs(cfg, params, sources, outputs, without_padding=False, eos_from=0):

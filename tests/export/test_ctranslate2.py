@@ -84,7 +84,7 @@ def test_the_documented_recipe_gives_our_translations(extras, ours, trained_work
 def test_random_parameters_give_our_translations(extras, trained_workdir, tmp_path):
   """Untrained weights run every output to its limit: every weight and limit must match."""
   cfg = trained.config()
-  params = jax.device_get(model.init_params(cfg, jax.random.key(7)))
+  params = jax.device_get(model.init_params(cfg.model, jax.random.key(7)))
   spm_path = str(trained_workdir / "vocab" / "spm.model")
   out = ct2_export.write_ctranslate2(cfg, params, spm_path, tmp_path / "ct2")
   texts = trained.held_out_sources(agreement.NUM_SENTENCES)

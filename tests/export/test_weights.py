@@ -21,7 +21,7 @@ def test_models_the_engines_cannot_run_are_refused_with_the_reason():
 
 def test_linear_maps_are_our_kernels_as_out_by_in():
   cfg = configs.get_config("demo", num_layers=1, d_model=16, d_ff=24, num_heads=2, vocab_size=20)
-  params = jax.device_get(model.init_params(cfg, jax.random.key(0)))
+  params = jax.device_get(model.init_params(cfg.model, jax.random.key(0)))
   w = weights.from_params(cfg, params)
   x = np.random.default_rng(0).standard_normal((3, cfg.d_model)).astype(np.float32)
   a = params["decoder"]["layers_0"]["cross_attention"]

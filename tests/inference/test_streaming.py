@@ -29,12 +29,12 @@ def tokenizer(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def members():
-  params = model.init_params(CFG, jax.random.key(0))
+  params = model.init_params(CFG.model, jax.random.key(0))
   # Peaked distributions with EOS in the middle of the pack: real, varied outputs.
   embedding = 10.0 * np.asarray(params["embedding"]["embedding"])
   embedding[EOS_ID] = 0.0
   params["embedding"]["embedding"] = embedding
-  return [ensemble.Member(CFG, params)]
+  return [ensemble.Member(CFG.model, params)]
 
 
 def _distinct_lines(tokenizer, count):

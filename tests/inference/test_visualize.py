@@ -96,7 +96,7 @@ def test_attention_maps_are_the_models_own_probabilities():
   cfg = configs.get_config("demo", num_layers=2, d_model=32, d_ff=64, num_heads=4,
                            vocab_size=40, dropout_rate=0.0)
   # Random parameters of the model's shapes (no compile for init): peaked attention.
-  shapes = jax.eval_shape(functools.partial(model.init_params, cfg), jax.random.key(0))
+  shapes = jax.eval_shape(functools.partial(model.init_params, cfg.model), jax.random.key(0))
   rng = np.random.default_rng(3)
   params = jax.tree_util.tree_map(
       lambda s: (0.3 * rng.normal(size=s.shape)).astype(np.float32), shapes)

@@ -7,6 +7,7 @@ import pytest
 
 from t2t_jax.model import attention as attention_lib
 from t2t_jax.model import layers
+from t2t_jax.model import logits as logits_lib
 
 # Compiled once per signature: cheaper than op-by-op dispatch on a busy 2-core box.
 _attention = jax.jit(layers.scaled_dot_product_attention,
@@ -127,7 +128,7 @@ def test_masks_match_brute_force():
   expected = np.outer([1, 1, 0], [1, 0, 1, 0]).astype(bool)
   np.testing.assert_array_equal(pad[0, 0], expected)
   bias = np.asarray(layers.mask_to_bias(pad))
-  assert np.all(np.isfinite(bias)) and set(np.unique(bias)) == {0.0, layers.NEG_INF}
+  assert np.all(np.isfinite(bias)) and set(np.unique(bias)) == {0.0, logits_lib.NEG_INF}
   with pytest.raises(ValueError, match="window"):
     layers.local_mask(4, -1)
 

@@ -66,7 +66,8 @@ def test_one_device_update_is_the_token_mean_gradient(setup, one_device):
   new_state, metrics = one_device
 
   def mean_loss(params):
-    logits = model.Transformer(cfg).apply({"params": params}, batch["inputs"], batch["targets"])
+    logits = model.Transformer(cfg.model).apply({"params": params}, batch["inputs"],
+                                                batch["targets"])
     sums = loss.compute_metrics(logits, jnp.asarray(batch["targets"]), cfg.label_smoothing)
     return sums["loss"] / sums["tokens"], sums
 
