@@ -18,7 +18,7 @@ TINY = configs.get_config("demo", vocab_size=24, num_layers=2, d_model=32, d_ff=
 
 def params(peaked: bool = False):
   """TINY's params from key 1; `peaked`: the shared embedding x4."""
-  out = transformer.init_params(TINY, jax.random.key(1))
+  out = transformer.init_params(TINY.model, jax.random.key(1))
   if peaked:
     out["embedding"]["embedding"] = 4.0 * np.asarray(out["embedding"]["embedding"])
   return out

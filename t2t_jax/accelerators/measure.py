@@ -166,7 +166,7 @@ def decode_speed(cfg: TransformerConfig, sentences: int, repeats: int = 3,
   one device, each decoded to exactly `source_length` target tokens: the first run
   (with its compilation) apart, the best of `repeats` later runs."""
   source_length = min(source_length, cfg.max_len)
-  params = jax.jit(functools.partial(transformer.init_params, cfg))(jax.random.key(cfg.seed))
+  params = jax.jit(functools.partial(transformer.init_params, cfg.model))(jax.random.key(cfg.seed))
   rng = np.random.default_rng(1)
   inputs = rng.integers(FIRST_ID, cfg.vocab_size, (sentences, source_length), dtype=np.int32)
   inputs[:, -1] = EOS_ID
@@ -174,7 +174,8 @@ def decode_speed(cfg: TransformerConfig, sentences: int, repeats: int = 3,
   # before it (min_len): random weights would otherwise stop at random lengths.
   search = search_lib.Search.from_config(cfg, beam_size=DECODE_BEAM, max_len_a=1.0,
                                          max_decode_extra=0, min_len=source_length)
-  run = functools.partial(programs.decode_batch, [ensemble.Member(cfg, params)], inputs, search)
+  members = [ensemble.Member(cfg.model, params)]
+  run = functools.partial(programs.decode_batch, members, inputs, search)
   seconds = []
   for _ in range(1 + repeats):  # the first compiles
     start = time.perf_counter()

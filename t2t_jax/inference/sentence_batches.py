@@ -76,7 +76,7 @@ def decode_ids(cfg: configs.TransformerConfig, params: Any, sources: Sequence[Se
   if too_long:
     raise ValueError(f"source {too_long[0]} has {len(sources[too_long[0]])} ids; at most "
                      f"cfg.max_len - 1 = {cfg.max_len - 1} fit with EOS: truncate it first")
-  members = [ensemble.Member(cfg, params)]
+  members = [ensemble.Member(cfg.model, params)]
   settings = search_lib.Search.from_config(cfg, **search)
 
   def best(batch: list[int]) -> list[list[int]]:

@@ -260,7 +260,7 @@ def test_eight_h100_program_all_reduces_the_gradients():
   from t2t_jax.model import transformer  # pylint: disable=import-outside-toplevel
   eight = targets.get("8xh100")
   train = aot.compile_train_step(SMALL, eight, rows=4, length=32)
-  params = jax.eval_shape(lambda: transformer.init_params(SMALL, jax.random.key(0)))
+  params = jax.eval_shape(lambda: transformer.init_params(SMALL.model, jax.random.key(0)))
   gradient_bytes = sum(x.size * 4 for x in jax.tree.leaves(params))  # float32 gradients
   # The gradients, and the loss sums beside them (a few scalars).
   assert gradient_bytes <= train.all_reduce_bytes <= gradient_bytes + 64

@@ -24,7 +24,7 @@ TINY = tiny.TINY
 
 @pytest.fixture(scope="module")
 def member():
-  return ensemble.Member(TINY, tiny.params(peaked=True))
+  return ensemble.Member(TINY.model, tiny.params(peaked=True))
 
 
 def _inputs(seed, lengths):
@@ -80,7 +80,7 @@ def test_shared_and_chunked_searches_equal_the_tiled_reference(monkeypatch):
 
   @functools.partial(jax.jit, static_argnames=("shared", "chunks"))
   def search(inputs, shared, chunks):
-    cache = transformer.init_cache(TINY, params, inputs, max_len)
+    cache = transformer.init_cache(TINY.model, params, inputs, max_len)
     return beam_search.beam_search(functools.partial(transformer.decode_step, TINY, params),
                                    cache, beam_size=3, alpha=0.6, max_len=max_len,
                                    max_lens=max_lens, n_best=3, chunks=chunks, shared=shared)
@@ -93,7 +93,7 @@ def test_shared_and_chunked_searches_equal_the_tiled_reference(monkeypatch):
     np.testing.assert_allclose(scores, ref_scores, rtol=1e-5)
   # decode_batch runs the chunks as programs of their own: the same again.
   monkeypatch.setattr(programs, "chunk_lengths", lambda max_len: [2, 4, 8, max_len])
-  tokens, scores = programs.decode_batch([ensemble.Member(TINY, params)], inputs,
+  tokens, scores = programs.decode_batch([ensemble.Member(TINY.model, params)], inputs,
                                          search_lib.Search.from_config(TINY, n_best=3))
   np.testing.assert_array_equal(tokens, ref_tokens)
   np.testing.assert_allclose(scores, ref_scores, rtol=1e-5)
@@ -108,10 +108,10 @@ def test_a_run_field_compiles_no_decoding_program_again(member, monkeypatch):
   inputs = _inputs(4, [5, 2])
 
   def decode_all(cfg):
-    one = ensemble.Member(cfg, member.params)
+    one = ensemble.Member(cfg.model, member.params)
     programs.decode_batch([one], inputs, search_lib.Search.from_config(cfg))
     programs.decode_batch([one], inputs, search_lib.Search.from_config(cfg, sample=True, n_best=2))
-    alignment.cross_attention(cfg, member.params, inputs, inputs)
+    alignment.cross_attention(cfg.model, member.params, inputs, inputs)
     return {name: program._cache_size() for name, program in compiled_programs.items()}
 
   compiled = decode_all(TINY)

@@ -11,7 +11,7 @@ from t2t_jax.decoding import search
 
 def test_cached_and_uncached_decoding_agree():
   inputs = tiny.rows(tiny.sources(0, [7, 3, 0, 5]))
-  members = [ensemble.Member(tiny.TINY, tiny.params())]
+  members = [ensemble.Member(tiny.TINY.model, tiny.params())]
   settings = search.Search.from_config(tiny.TINY)
   cached, cached_scores = programs.decode_batch(members, inputs, settings)
   uncached, uncached_scores = programs.decode_batch(members, inputs, settings, cached=False)
