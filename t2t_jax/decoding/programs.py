@@ -125,7 +125,7 @@ def compile_beam_programs(members: Sequence[ensemble.Member], rows: int, width: 
   inputs, max_len, max_lens = search_lib.checked_limits(
       np.full((rows, width), PAD_ID, np.int32), search, search_lib.max_positions(members))
   _beam_decode(tuple(m.params for m in members), jnp.asarray(inputs), jnp.asarray(max_lens),
-               models=tuple(m.cfg.model for m in members), beam_size=search.beam_size,
+               models=tuple(m.cfg for m in members), beam_size=search.beam_size,
                alpha=float(search.alpha), max_len=max_len, n_best=search.n_best,
                min_len=search.min_len, cached=True, every_chunk=True)
   return len(chunk_lengths(max_len))
@@ -166,7 +166,7 @@ def decode_batch(members: Sequence[ensemble.Member], inputs: Any, search: search
                                                         search_lib.max_positions(members))
   if not cached and (search.sample or len(members) > 1):
     raise ValueError("cached=False (the uncached reference) decodes one model with beam search")
-  models = tuple(m.cfg.model for m in members)
+  models = tuple(m.cfg for m in members)
   params = tuple(m.params for m in members)
   if not search.sample:
     return _beam_decode(params, jnp.asarray(inputs), jnp.asarray(max_lens), models=models,

@@ -81,7 +81,7 @@ def test_shared_and_chunked_searches_equal_the_tiled_reference(monkeypatch):
   @functools.partial(jax.jit, static_argnames=("shared", "chunks"))
   def search(inputs, shared, chunks):
     cache = transformer.init_cache(TINY.model, params, inputs, max_len)
-    return beam_search.beam_search(functools.partial(transformer.decode_step, TINY, params),
+    return beam_search.beam_search(functools.partial(transformer.decode_step, TINY.model, params),
                                    cache, beam_size=3, alpha=0.6, max_len=max_len,
                                    max_lens=max_lens, n_best=3, chunks=chunks, shared=shared)
 
