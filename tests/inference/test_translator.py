@@ -10,4 +10,4 @@ def test_from_params_translates_as_the_work_directory_does(trained_workdir):
   expected = loaded.translate(lines)
   assert expected[1] == "" and all(expected[::2])
   assert held.translate(lines) == expected
-  assert held.members[0].cfg == loaded.cfg and len(held.members) == 1
+  assert held.members[0].cfg == loaded.cfg.model and len(held.members) == 1
