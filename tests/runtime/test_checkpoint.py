@@ -1,7 +1,5 @@
-"""runtime/checkpoint.py: round trips, intervals, corrupt checkpoints, averaging against NumPy."""
+"""runtime/checkpoint.py: round trips, intervals, corrupt checkpoints (averaging: test_averaging.py)."""
 
-import errno
-import logging
 import os
 import pathlib
 import shutil
@@ -12,66 +10,28 @@ import textwrap
 import jax
 import jax.numpy as jnp
 import numpy as np
-import optax
-import orbax.checkpoint as ocp
 import pytest
 
-from t2t_jax import configs
-from t2t_jax.cli import average as checkpoint_cli
-from t2t_jax.runtime import averaging
+from saved_states import CFG, Unreadable, assert_trees_equal, eio, make_state, save_steps, truncate
 from t2t_jax.runtime import checkpoint
-from t2t_jax.train import optim
 from t2t_jax.train.steps import TrainState
-
-_CFG = configs.get_config("demo", num_layers=1, d_model=16, checkpoint_every_steps=None,
-                          checkpoint_every_minutes=None, average_last=3)
-
-
-def _state(seed: int) -> TrainState:
-  """A TrainState with random params and a non-trivial Adam state (after two updates)."""
-  rng = np.random.default_rng(seed)
-  params = {
-      "embed": jnp.asarray(rng.normal(size=(40, 16)), jnp.float32),
-      "layer_0": {"w": jnp.asarray(rng.normal(size=(16, 32)), jnp.float32),
-                  "b": jnp.asarray(rng.normal(size=(32,)), jnp.float32)},
-  }
-  optimizer = optim.make_optimizer(_CFG)
-  opt_state = optimizer.init(params)
-  for _ in range(2):
-    grads = jax.tree.map(lambda p: p * 0.5, params)
-    updates, opt_state = optimizer.update(grads, opt_state, params)
-    params = optax.apply_updates(params, updates)
-  return TrainState(step=jnp.asarray(seed, jnp.int32), params=params, opt_state=opt_state)
-
-
-def _assert_trees_equal(actual, expected):
-  assert jax.tree.structure(actual) == jax.tree.structure(expected)
-  for a, e in zip(jax.tree.leaves(actual), jax.tree.leaves(expected)):
-    assert np.asarray(a).dtype == np.asarray(e).dtype
-    np.testing.assert_array_equal(np.asarray(a), np.asarray(e))
-
-
-def _save_steps(workdir, steps, cfg=_CFG):
-  with checkpoint.Checkpointer(workdir, cfg) as ckpt:
-    for step in steps:
-      assert ckpt.maybe_save(step, _state(step), {"data": {"position": step}}, force=True)
 
 
 def test_round_trip_of_state_and_extras(tmp_path):
-  state = _state(7)
+  state = make_state(7)
   extras = {"data": {"epoch": 1, "index": np.int64(42), "order": np.arange(3)}, "note": "x"}
-  with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:
+  with checkpoint.Checkpointer(tmp_path, CFG) as ckpt:
     assert ckpt.restore_latest(state) is None
     assert ckpt.maybe_save(7, state, extras, force=True)
     assert not ckpt.maybe_save(7, state, extras, force=True), "a step is written once"
 
-  ckpt = checkpoint.Checkpointer(tmp_path, _CFG)
-  abstract = jax.eval_shape(lambda: _state(0))
-  for target in (abstract, _state(0)):
+  ckpt = checkpoint.Checkpointer(tmp_path, CFG)
+  abstract = jax.eval_shape(lambda: make_state(0))
+  for target in (abstract, make_state(0)):
     restored, restored_extras = ckpt.restore_latest(target)
     assert isinstance(restored, TrainState)
     assert type(restored.opt_state) is type(state.opt_state)  # optax NamedTuples come back
-    _assert_trees_equal(restored, jax.device_get(state))
+    assert_trees_equal(restored, jax.device_get(state))
     assert all(isinstance(x, np.ndarray) for x in jax.tree.leaves(restored))
     assert restored_extras == {"data": {"epoch": 1, "index": 42, "order": [0, 1, 2]},
                                "note": "x"}
@@ -79,45 +39,45 @@ def test_round_trip_of_state_and_extras(tmp_path):
 
 
 def test_bad_extras_and_typed_keys_fail_early(tmp_path):
-  with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:
+  with checkpoint.Checkpointer(tmp_path, CFG) as ckpt:
     with pytest.raises(ValueError, match="JSON"):
-      ckpt.maybe_save(1, _state(1), {"bad": object()}, force=True)
+      ckpt.maybe_save(1, make_state(1), {"bad": object()}, force=True)
     with pytest.raises(ValueError, match="typed PRNG keys"):
       ckpt.maybe_save(1, {"key": jax.random.key(0)}, force=True)
     assert ckpt.all_steps() == []
 
 
 def test_saved_values_are_copies_not_views_of_donated_buffers(tmp_path):
-  state = jax.device_put(_state(3))
+  state = jax.device_put(make_state(3))
   expected = jax.device_get(state)
   overwrite = jax.jit(lambda s: jax.tree.map(lambda x: x * 0 + 99, s), donate_argnums=0)
-  with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:
+  with checkpoint.Checkpointer(tmp_path, CFG) as ckpt:
     ckpt.maybe_save(3, state, force=True)
     state = overwrite(state)  # reuses the buffers while the save may still be writing
     jax.block_until_ready(state)
     ckpt.wait()
     restored, _ = ckpt.restore_latest(expected)
-  _assert_trees_equal(restored, expected)
+  assert_trees_equal(restored, expected)
 
 
 def test_step_interval(tmp_path):
-  cfg = _CFG.replace(checkpoint_every_steps=3)
+  cfg = CFG.replace(checkpoint_every_steps=3)
   with checkpoint.Checkpointer(tmp_path, cfg, async_save=False) as ckpt:
-    saved = [step for step in range(1, 11) if ckpt.maybe_save(step, _state(step))]
+    saved = [step for step in range(1, 11) if ckpt.maybe_save(step, make_state(step))]
     assert saved == [3, 6, 9]
-    assert ckpt.maybe_save(10, _state(10), force=True)
-    assert not ckpt.maybe_save(8, _state(8), force=True), "older than the latest"
+    assert ckpt.maybe_save(10, make_state(10), force=True)
+    assert not ckpt.maybe_save(8, make_state(8), force=True), "older than the latest"
     assert ckpt.all_steps() == [6, 9, 10]  # average_last=3 kept
 
 
 def test_minute_interval_with_injected_clock(tmp_path):
   now = [1000.0]
-  cfg = _CFG.replace(checkpoint_every_minutes=10.0)
+  cfg = CFG.replace(checkpoint_every_minutes=10.0)
   with checkpoint.Checkpointer(tmp_path, cfg, clock=lambda: now[0], async_save=False) as ckpt:
     saved = []
     for step in range(1, 13):
       now[0] += 130.0  # 2m10s per step: due after 5 steps (650 s) since the last save
-      if ckpt.maybe_save(step, _state(step)):
+      if ckpt.maybe_save(step, make_state(step)):
         saved.append(step)
     assert saved == [5, 10]
     # Both intervals: by time at 5 (650 s), by steps at 7, by time again at 12.
@@ -126,59 +86,46 @@ def test_minute_interval_with_injected_clock(tmp_path):
     saved = []
     for step in range(1, 13):
       now[0] += 130.0
-      if both.maybe_save(step, _state(step)):
+      if both.maybe_save(step, make_state(step)):
         saved.append(step)
     both.close()
     assert saved == [5, 7, 12]
   with pytest.raises(ValueError, match="checkpoint_every_minutes=0"):
-    checkpoint.Checkpointer(tmp_path, _CFG.replace(checkpoint_every_minutes=0.0))
+    checkpoint.Checkpointer(tmp_path, CFG.replace(checkpoint_every_minutes=0.0))
 
 
 def test_minutes_count_from_the_last_save_not_the_last_check(tmp_path):
   now = [0.0]
-  cfg = _CFG.replace(checkpoint_every_minutes=1.0, checkpoint_every_steps=2)
+  cfg = CFG.replace(checkpoint_every_minutes=1.0, checkpoint_every_steps=2)
   with checkpoint.Checkpointer(tmp_path, cfg, clock=lambda: now[0], async_save=False) as ckpt:
-    assert not ckpt.maybe_save(1, _state(1))
+    assert not ckpt.maybe_save(1, make_state(1))
     now[0] = 50.0
-    assert ckpt.maybe_save(2, _state(2))      # by steps; restarts the clock
+    assert ckpt.maybe_save(2, make_state(2))      # by steps; restarts the clock
     now[0] = 100.0
-    assert not ckpt.maybe_save(3, _state(3))  # 50 s since the last save
+    assert not ckpt.maybe_save(3, make_state(3))  # 50 s since the last save
     now[0] = 111.0
-    assert ckpt.maybe_save(5, _state(5))      # 61 s
+    assert ckpt.maybe_save(5, make_state(5))      # 61 s
 
 
 def test_keeps_at_least_two(tmp_path):
-  _save_steps(tmp_path, [1, 2, 3, 4], cfg=_CFG.replace(average_last=1))
+  save_steps(tmp_path, [1, 2, 3, 4], cfg=CFG.replace(average_last=1))
   assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [3, 4]
 
 
 def test_an_interim_save_goes_at_the_next_save_and_does_not_count(tmp_path):
   # The steps an uninterrupted run would keep (average_last=3): 30, 40, 50.
-  cfg = _CFG.replace(checkpoint_every_steps=10)
-  _save_steps(tmp_path, [10, 20, 30, 40])
+  cfg = CFG.replace(checkpoint_every_steps=10)
+  save_steps(tmp_path, [10, 20, 30, 40])
   with checkpoint.Checkpointer(tmp_path, cfg) as ckpt:
-    assert ckpt.maybe_save(43, _state(43), interim=True)  # preempted after step 43
+    assert ckpt.maybe_save(43, make_state(43), interim=True)  # preempted after step 43
     ckpt.wait()
     assert ckpt.all_steps() == [30, 40, 43]  # kept while it is the newest
   with checkpoint.Checkpointer(tmp_path, cfg) as ckpt:  # the resumed run knows it is interim
-    assert ckpt.maybe_save(46, _state(46), interim=True)
+    assert ckpt.maybe_save(46, make_state(46), interim=True)
     ckpt.wait()
     assert ckpt.all_steps() == [30, 40, 46]
-    assert ckpt.maybe_save(50, _state(50))
+    assert ckpt.maybe_save(50, make_state(50))
   assert sorted(int(p.name) for p in (tmp_path / "checkpoints").iterdir()) == [30, 40, 50]
-
-
-def _truncate(step_dir):
-  """Cuts every array data file in half.
-
-  Not only the largest: which file holds the params depends on how orbax's
-  writes were merged, and a params-only restore must fail too.
-  """
-  files = [p for p in (step_dir / "state").rglob("*") if p.is_file() and p.parent.name == "d"]
-  assert files, f"no array data under {step_dir}"
-  for path in files:
-    with open(path, "r+b") as f:
-      f.truncate(path.stat().st_size // 2)
 
 
 def _drop_meta(step_dir):
@@ -198,48 +145,48 @@ def _garble_every_file(step_dir):
     path.write_bytes(rng.bytes(max(path.stat().st_size, 16)))
 
 
-@pytest.mark.parametrize("damage", [_truncate, _drop_meta, _garble_metadata, _garble_every_file])
+@pytest.mark.parametrize("damage", [truncate, _drop_meta, _garble_metadata, _garble_every_file])
 def test_corrupt_latest_is_set_aside_and_previous_restored(tmp_path, damage):
-  _save_steps(tmp_path, [2, 4, 6])
+  save_steps(tmp_path, [2, 4, 6])
   directory = tmp_path / "checkpoints"
   damage(directory / "6")
-  ckpt = checkpoint.Checkpointer(tmp_path, _CFG)
+  ckpt = checkpoint.Checkpointer(tmp_path, CFG)
   with pytest.warns(checkpoint.CheckpointWarning, match=r"step 6 at .*checkpoints/6.*moved"):
-    state, extras = ckpt.restore_latest(jax.eval_shape(lambda: _state(0)))
-  _assert_trees_equal(state, jax.device_get(_state(4)))
+    state, extras = ckpt.restore_latest(jax.eval_shape(lambda: make_state(0)))
+  assert_trees_equal(state, jax.device_get(make_state(4)))
   assert extras == {"data": {"position": 4}}
   assert (directory / "6.corrupt").is_dir() and not (directory / "6").exists()
   # The broken step no longer blocks: training redoes step 6 and saves it again.
   assert ckpt.latest_step == 4
-  assert ckpt.maybe_save(6, _state(60), force=True)
+  assert ckpt.maybe_save(6, make_state(60), force=True)
   ckpt.wait()
-  state, _ = ckpt.restore_latest(_state(0))
-  _assert_trees_equal(state, jax.device_get(_state(60)))
+  state, _ = ckpt.restore_latest(make_state(0))
+  assert_trees_equal(state, jax.device_get(make_state(60)))
   ckpt.close()
 
 
 def test_incompatible_target_raises_and_moves_nothing(tmp_path):
-  _save_steps(tmp_path, [1, 2])
-  wrong = _state(0).replace(params={"embed": jnp.zeros((41, 16))})
-  with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:
+  save_steps(tmp_path, [1, 2])
+  wrong = make_state(0).replace(params={"embed": jnp.zeros((41, 16))})
+  with checkpoint.Checkpointer(tmp_path, CFG) as ckpt:
     with pytest.raises(ValueError, match="new workdir"):
       ckpt.restore_latest(wrong)
   assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["1", "2"]
 
 
 def test_unfinished_save_of_a_killed_run_is_ignored_and_removed(tmp_path):
-  _save_steps(tmp_path, [1, 2])
+  save_steps(tmp_path, [1, 2])
   directory = tmp_path / "checkpoints"
   # What a kill in the middle of saving step 3 leaves: orbax's temporary directory.
   partial = directory / "3.orbax-checkpoint-tmp"
   shutil.copytree(directory / "2", partial)
   (partial / "commit_success.txt").unlink(missing_ok=True)
-  _truncate(partial)
-  with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:
+  truncate(partial)
+  with checkpoint.Checkpointer(tmp_path, CFG) as ckpt:
     assert ckpt.all_steps() == [1, 2]
-    state, _ = ckpt.restore_latest(_state(0))
-    _assert_trees_equal(state, jax.device_get(_state(2)))
-    assert ckpt.maybe_save(3, _state(3), force=True)
+    state, _ = ckpt.restore_latest(make_state(0))
+    assert_trees_equal(state, jax.device_get(make_state(2)))
+    assert ckpt.maybe_save(3, make_state(3), force=True)
   assert sorted(p.name for p in directory.iterdir()) == ["1", "2", "3"]
 
 
@@ -247,22 +194,22 @@ def test_restores_on_a_different_device_count(tmp_path):
   """Saved from state replicated over 8 devices; restored in a process with 1 device."""
   assert jax.device_count() == 8
   mesh = jax.sharding.Mesh(np.array(jax.devices()), ("batch",))
-  replicated = jax.device_put(_state(5), jax.sharding.NamedSharding(
+  replicated = jax.device_put(make_state(5), jax.sharding.NamedSharding(
       mesh, jax.sharding.PartitionSpec()))
-  _save_steps(tmp_path, [])
-  with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:
+  save_steps(tmp_path, [])
+  with checkpoint.Checkpointer(tmp_path, CFG) as ckpt:
     ckpt.maybe_save(5, replicated, force=True)
   expected = tmp_path / "expected.npz"
-  np.savez(expected, *[np.asarray(x) for x in jax.tree.leaves(jax.device_get(_state(5)))])
+  np.savez(expected, *[np.asarray(x) for x in jax.tree.leaves(jax.device_get(make_state(5)))])
   script = textwrap.dedent(f"""
       import jax, numpy as np
       assert jax.device_count() == 1, jax.device_count()
-      sys_path = {str(pathlib.Path(__file__).parent)!r}
+      sys_path = {str(pathlib.Path(__file__).parents[1])!r}
       import sys; sys.path.insert(0, sys_path)
-      from test_checkpoint import _state, _CFG
+      from saved_states import make_state, CFG
       from t2t_jax.runtime import checkpoint
-      with checkpoint.Checkpointer({str(tmp_path)!r}, _CFG) as ckpt:
-        state, _ = ckpt.restore_latest(jax.eval_shape(lambda: _state(0)))
+      with checkpoint.Checkpointer({str(tmp_path)!r}, CFG) as ckpt:
+        state, _ = ckpt.restore_latest(jax.eval_shape(lambda: make_state(0)))
       expected = np.load({str(expected)!r})
       leaves = jax.tree.leaves(state)
       assert len(leaves) == len(expected.files)
@@ -276,78 +223,6 @@ def test_restores_on_a_different_device_count(tmp_path):
                           text=True, timeout=120, cwd=pathlib.Path(__file__).parents[2])
   assert result.returncode == 0, result.stderr[-3000:]
   assert "on 1 device" in result.stdout
-
-
-def _np_mean(steps):
-  """The reference: per-leaf float64 mean of freshly built params, rounded to float32."""
-  trees = [jax.device_get(_state(s).params) for s in steps]
-  return jax.tree.map(lambda *xs: np.mean(np.stack(xs).astype(np.float64), 0)
-                      .astype(np.float32), *trees)
-
-
-def test_average_equals_numpy_mean_and_load_params(tmp_path, caplog):
-  _save_steps(tmp_path, [10, 20, 30, 40, 50], cfg=_CFG.replace(average_last=5))
-  averaged = averaging.average_checkpoints(tmp_path, last=3)
-  _assert_trees_equal(averaged, _np_mean([30, 40, 50]))
-  # A separate mean differs from any single checkpoint (the test can fail).
-  assert not np.array_equal(averaged["embed"], np.asarray(_state(50).params["embed"]))
-
-  caplog.set_level(logging.INFO, logger="t2t_jax.runtime.averaging")
-  loaded = averaging.load_params(tmp_path)
-  _assert_trees_equal(loaded, averaged)
-  assert "[30, 40, 50]" in caplog.text
-  caplog.clear()
-  latest = averaging.load_params(tmp_path, averaged=False)
-  _assert_trees_equal(latest, jax.device_get(_state(50).params))
-  assert "step 50" in caplog.text
-
-  with pytest.warns(checkpoint.CheckpointWarning, match="fewer than last=9"):
-    all_five = averaging.average_checkpoints(tmp_path, last=9)
-  _assert_trees_equal(all_five, _np_mean([10, 20, 30, 40, 50]))
-  _assert_trees_equal(averaging.load_params(tmp_path), all_five)
-
-
-def test_average_skips_a_corrupt_checkpoint(tmp_path):
-  _save_steps(tmp_path, [1, 2, 3, 4], cfg=_CFG.replace(average_last=4))
-  _truncate(tmp_path / "checkpoints" / "3")
-  with pytest.warns(checkpoint.CheckpointWarning, match=r"step 3 at .*checkpoints/3"):
-    averaged = averaging.average_checkpoints(tmp_path, last=2)
-  _assert_trees_equal(averaged, _np_mean([2, 4]))
-
-
-def test_average_stops_at_a_checkpoint_it_cannot_read(tmp_path, monkeypatch):
-  _save_steps(tmp_path, [1, 2, 3, 4], cfg=_CFG.replace(average_last=4))
-  _Unreadable(monkeypatch, 3, _eio(tmp_path), handler=ocp.PyTreeCheckpointHandler)
-  with pytest.raises(checkpoint.CheckpointUnreadableError,
-                     match=r"could not read checkpoint step 3 at .*Input/output error"):
-    averaging.average_checkpoints(tmp_path, last=2)  # not the average of 2 and 4
-  assert not (tmp_path / "averaged").exists()
-
-
-def test_load_params_falls_back_to_latest_and_warns_when_stale(tmp_path, caplog):
-  _save_steps(tmp_path, [1, 2])
-  averaging.average_checkpoints(tmp_path, last=2)
-  _save_steps(tmp_path, [3])
-  with pytest.warns(checkpoint.CheckpointWarning, match="averages up to step 2"):
-    averaging.load_params(tmp_path)
-  shutil.rmtree(tmp_path / "averaged")
-  with caplog.at_level(logging.INFO, logger="t2t_jax.runtime.averaging"):
-    _assert_trees_equal(averaging.load_params(tmp_path), jax.device_get(_state(3).params))
-  assert "no averaged checkpoint" in caplog.text
-
-
-def test_console_script(tmp_path, capsys):
-  with pytest.raises(SystemExit, match="no checkpoints"):
-    checkpoint_cli.main(["--workdir", str(tmp_path)])
-  _save_steps(tmp_path, [1, 2, 3])
-  checkpoint_cli.main(["--workdir", str(tmp_path), "--last", "2"])
-  assert "Averaged steps [2, 3]" in capsys.readouterr().out
-  _assert_trees_equal(averaging.load_params(tmp_path), _np_mean([2, 3]))
-  (tmp_path / "config.json").write_text('{"average_last": 3}')
-  checkpoint_cli.main(["--workdir", str(tmp_path)])
-  assert "Averaged steps [1, 2, 3]" in capsys.readouterr().out
-  with pytest.raises(SystemExit):
-    checkpoint_cli.main(["--workdir", str(tmp_path), "--last", "0"])
 
 
 @pytest.fixture
@@ -364,13 +239,13 @@ def small_disk(tmp_path):
 
 
 def test_a_full_disk_gives_one_line_keeps_the_checkpoints_and_resumes_after(small_disk):
-  _save_steps(small_disk, [1, 2])
+  save_steps(small_disk, [1, 2])
   filler = small_disk / "filler"
   with pytest.raises(OSError):
     filler.write_bytes(b"0" * (4 << 20))  # the disk is full now
-  ckpt = checkpoint.Checkpointer(small_disk, _CFG)
+  ckpt = checkpoint.Checkpointer(small_disk, CFG)
   with pytest.raises(OSError) as e:
-    ckpt.maybe_save(3, _state(3), force=True)
+    ckpt.maybe_save(3, make_state(3), force=True)
     ckpt.wait()  # the save is asynchronous: the failure shows here at the latest
   message = str(e.value)
   assert "\n" not in message and message.startswith(
@@ -379,46 +254,25 @@ def test_a_full_disk_gives_one_line_keeps_the_checkpoints_and_resumes_after(smal
   ckpt.close()  # does not raise the reported failure again
 
   filler.unlink()  # space freed: a new run resumes from step 2 and saves again
-  with checkpoint.Checkpointer(small_disk, _CFG) as ckpt:
-    state, _ = ckpt.restore_latest(_state(0))
-    _assert_trees_equal(state, jax.device_get(_state(2)))
-    assert ckpt.maybe_save(3, _state(3), force=True)
+  with checkpoint.Checkpointer(small_disk, CFG) as ckpt:
+    state, _ = ckpt.restore_latest(make_state(0))
+    assert_trees_equal(state, jax.device_get(make_state(2)))
+    assert ckpt.maybe_save(3, make_state(3), force=True)
   assert sorted(p.name for p in (small_disk / "checkpoints").iterdir()) == ["1", "2", "3"]
 
 
-class _Unreadable:
-  """Makes reading the `state` of `step` raise `error` (the first `times` reads; -1: all)."""
-
-  def __init__(self, monkeypatch, step, error, times=-1, handler=ocp.StandardCheckpointHandler):
-    self.step, self.error, self.left, self.reads = str(step), error, times, 0
-    restore = handler.restore
-
-    def failing(handler, directory, *args, **kwargs):
-      if pathlib.Path(directory).parent.name == self.step and self.left != 0:
-        self.reads += 1
-        self.left -= 1
-        raise self.error
-      return restore(handler, directory, *args, **kwargs)
-
-    monkeypatch.setattr(handler, "restore", failing)
-
-
-def _eio(step_dir):
-  return OSError(errno.EIO, "Input/output error", str(step_dir / "state" / "d" / "abc"))
-
-
-@pytest.mark.parametrize("make_error", [_eio, lambda _: MemoryError(), lambda _: TimeoutError(
+@pytest.mark.parametrize("make_error", [eio, lambda _: MemoryError(), lambda _: TimeoutError(
     "read timed out"), lambda d: ValueError(
         'UNAVAILABLE: Error reading local file "/nfs/x": [os_error_code=\'5\']')])
 def test_a_failed_read_is_retried_then_stops_and_moves_nothing(tmp_path, monkeypatch,
                                                                make_error):
-  _save_steps(tmp_path, [2, 4, 6])
+  save_steps(tmp_path, [2, 4, 6])
   directory = tmp_path / "checkpoints"
-  fault = _Unreadable(monkeypatch, 6, make_error(directory / "6"))
+  fault = Unreadable(monkeypatch, 6, make_error(directory / "6"))
   waits = []
-  ckpt = checkpoint.Checkpointer(tmp_path, _CFG, retry_delays_s=(1, 5), sleep=waits.append)
+  ckpt = checkpoint.Checkpointer(tmp_path, CFG, retry_delays_s=(1, 5), sleep=waits.append)
   with pytest.raises(checkpoint.CheckpointUnreadableError) as e:
-    ckpt.restore_latest(jax.eval_shape(lambda: _state(0)))
+    ckpt.restore_latest(jax.eval_shape(lambda: make_state(0)))
   assert fault.reads == 3 and waits == [1, 5]  # the first read and two more
   message = str(e.value)
   assert "\n" not in message and message.startswith("could not read checkpoint step 6 (")
@@ -429,9 +283,9 @@ def test_a_failed_read_is_retried_then_stops_and_moves_nothing(tmp_path, monkeyp
   assert sorted(p.name for p in directory.iterdir()) == ["2", "4", "6"]
   ckpt.close()
   monkeypatch.undo()  # the fault is gone: the newest step restores
-  with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:
-    state, extras = ckpt.restore_latest(_state(0))
-  _assert_trees_equal(state, jax.device_get(_state(6)))
+  with checkpoint.Checkpointer(tmp_path, CFG) as ckpt:
+    state, extras = ckpt.restore_latest(make_state(0))
+  assert_trees_equal(state, jax.device_get(make_state(6)))
   assert extras == {"data": {"position": 6}}
 
 
@@ -457,7 +311,7 @@ def test_a_file_without_read_permission_stops_the_restore_and_moves_nothing(tmp_
     if shutil.which("setpriv") is None:
       pytest.skip("running as root without setpriv: file permissions cannot stop a read")
     no_override = ["setpriv", "--bounding-set=-dac_override,-dac_read_search"]
-  with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:
+  with checkpoint.Checkpointer(tmp_path, CFG) as ckpt:
     for step in (2, 4):
       ckpt.maybe_save(step, {"w": np.full(3, step, np.float32)}, {"step": step}, force=True)
   files = [p for p in (tmp_path / "checkpoints" / "4").rglob("*") if p.is_file()
@@ -475,16 +329,16 @@ def test_a_file_without_read_permission_stops_the_restore_and_moves_nothing(tmp_
       "stopped: could not read checkpoint step 4 ("), result.stdout + result.stderr[-2000:]
   assert "Permission denied" in lines[0] and "nothing was moved" in lines[0]
   assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "4"]
-  with checkpoint.Checkpointer(tmp_path, _CFG) as ckpt:  # readable again: step 4 restores
+  with checkpoint.Checkpointer(tmp_path, CFG) as ckpt:  # readable again: step 4 restores
     assert ckpt.restore_latest({"w": np.zeros(3, np.float32)})[1] == {"step": 4}
 
 
 def test_a_read_that_fails_once_is_retried_and_restores_the_newest(tmp_path, monkeypatch):
-  _save_steps(tmp_path, [2, 4])
-  fault = _Unreadable(monkeypatch, 4, _eio(tmp_path), times=1)
-  with checkpoint.Checkpointer(tmp_path, _CFG, retry_delays_s=(1,), sleep=lambda _: None
+  save_steps(tmp_path, [2, 4])
+  fault = Unreadable(monkeypatch, 4, eio(tmp_path), times=1)
+  with checkpoint.Checkpointer(tmp_path, CFG, retry_delays_s=(1,), sleep=lambda _: None
                                ) as ckpt:
-    state, _ = ckpt.restore_latest(_state(0))
-  _assert_trees_equal(state, jax.device_get(_state(4)))
+    state, _ = ckpt.restore_latest(make_state(0))
+  assert_trees_equal(state, jax.device_get(make_state(4)))
   assert fault.reads == 1
   assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "4"]

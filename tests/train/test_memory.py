@@ -57,3 +57,15 @@ def test_nothing_fits_is_a_clear_error(monkeypatch):
   monkeypatch.setattr(memory, "device_memory", lambda device=None: 1000)
   with pytest.raises(ValueError, match="one row of 16 tokens needs"):
     memory.resolve_max_tokens_per_device(CFG, 1, LENGTH)
+
+
+def test_an_accelerator_without_a_memory_figure_is_an_error():
+  class Device:
+    platform, device_kind = "tpu", "TPU v5"
+
+    def memory_stats(self):
+      return None
+
+  with pytest.raises(ValueError, match="--config.max_tokens_per_device"):
+    memory.device_memory(Device())
+

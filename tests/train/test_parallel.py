@@ -6,6 +6,7 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh
 
+from compilers import SMALL
 from t2t_jax import configs
 from t2t_jax.train import optim
 from t2t_jax.train import parallel
@@ -71,3 +72,17 @@ def test_shard_map_step_wants_a_batch_axis():
   with pytest.raises(ValueError, match="single axis 'batch'"):
     parallel.jit_shard_map_train_step(cfg, optim.make_optimizer(cfg),
                                       Mesh(np.array(jax.devices()), ("data",)))
+
+
+@pytest.mark.parametrize("parallelism", ["pmap", "shard_map"])
+def test_metrics_are_read_by_a_transfer_without_a_device_op(parallelism, monkeypatch):
+  cfg = SMALL.replace(parallelism=parallelism)
+  devices = parallel.data_parallel(cfg, optim.make_optimizer(cfg))
+  placed = devices.put_state({"loss": np.float32(2.5)})  # placed as the step's metrics are
+  # A device op on the metrics (e.g. indexing [0]) would queue behind the next step,
+  # so reading step t's metrics would wait for step t + 1 (the trainer's read_metrics).
+  monkeypatch.setattr(type(placed["loss"]), "__getitem__",
+                      lambda *a: pytest.fail("indexed on the device"))
+  host = devices.fetch(placed)
+  assert isinstance(host["loss"], (np.ndarray, np.generic)) and float(host["loss"]) == 2.5
+
