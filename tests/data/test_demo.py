@@ -60,15 +60,6 @@ def test_splits_do_not_overlap(tmp_path):
   assert not list(tmp_path.glob("*.tmp"))
 
 
-def test_number_words():
-  assert demo_syntax.number_words(21) == ("twenty-one", "einundzwanzig")
-  assert demo_syntax.number_words(30) == ("thirty", "dreißig")
-  assert demo_syntax.number_words(17) == ("seventeen", "siebzehn")
-  assert demo_syntax.number_words(96) == ("ninety-six", "sechsundneunzig")
-  with pytest.raises(ValueError, match="n=100"):
-    demo_syntax.number_words(100)
-
-
 def test_numbers_in_corpus_are_translated(pairs):
   table = dict(demo_syntax.number_words(n) for n in range(2, 100))
   seen = 0

@@ -12,7 +12,6 @@ import pytest
 
 from formats import check_well_formed
 from t2t_jax.decoding import beam_search
-from t2t_jax.decoding import topk
 from t2t_jax.ids import EOS_ID, PAD_ID, strip_eos
 from t2t_jax.model import decode_cache
 from t2t_jax.model.logits import NEG_INF
@@ -238,32 +237,6 @@ def test_two_stage_top_k_equals_one_top_k_over_beam_times_vocab():
     np.testing.assert_array_equal(top_log_prob, want_log_prob)
     np.testing.assert_array_equal(top_beam, want_index // vocab)
     np.testing.assert_array_equal(top_token, want_index % vocab)
-
-
-def test_blocked_top_k_equals_lax_top_k_ties_included():
-  rng = np.random.default_rng(1)
-  for shape, n in (((5, 4, 1000), 8), ((3, 37000), 8), ((4, 513), 8), ((2, 7), 3)):
-    # Few distinct values (many ties, whole blocks equal), then distinct ones.
-    for x in (rng.integers(-3, 1, shape), rng.normal(size=shape)):
-      x = jnp.asarray(x, jnp.float32)
-      rows = x.reshape(-1, shape[-1])
-      for got, want in ((topk.blocked_top_k(x, n), jax.lax.top_k(x, n)),
-                        (topk.top_k(x, n), jax.lax.top_k(x, n)),
-                        # the same rows stored as columns, read in place
-                        (topk.blocked_top_k_columns(rows.T, n), jax.lax.top_k(rows, n)),
-                        (topk.top_k_columns(rows.T, n), jax.lax.top_k(rows, n))):
-        np.testing.assert_array_equal(got[0], want[0])
-        np.testing.assert_array_equal(got[1], want[1])
-
-
-@pytest.mark.parametrize("fn,shape", [(topk.top_k, (4, 37000)), (topk.top_k_columns, (37000, 4))])
-def test_top_k_is_the_tpus_own_in_a_tpu_program_and_blocked_elsewhere(fn, shape):
-  # Chosen by the platform the program is lowered for, not the one running this process.
-  x = jax.ShapeDtypeStruct(shape, jnp.float32)
-  top_ks = lambda platform: jax.jit(lambda x: fn(x, 8)).trace(x).lower(
-      lowering_platforms=(platform,)).as_text().count("top_k")
-  assert top_ks("tpu") == 1          # jax.lax.top_k alone
-  assert top_ks("cpu") == 2          # the blocks' maxima, then the chosen blocks
 
 
 def test_cache_wrappers_tile_reorder_and_resize_only_their_parts():
