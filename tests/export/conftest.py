@@ -2,7 +2,7 @@
 
 import pytest
 
-import agreement
+from export import agreement
 import trained
 from t2t_jax.inference import sentence_batches
 from t2t_jax.inference import translator as inference

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-import agreement
+from export import agreement
 import trained
 from t2t_jax.decoding import beam_search
 from t2t_jax.export import ctranslate2 as ct2_export

@@ -11,7 +11,7 @@ import sys
 import numpy as np
 import pytest
 
-import agreement
+from export import agreement
 from t2t_jax.export import engines
 from t2t_jax.export import huggingface
 from t2t_jax.export import loading
