@@ -1,13 +1,11 @@
-"""inference/translator.py and t2t-translate on a tiny random model in a temporary work directory.
+"""t2t-translate on a tiny random model in a temporary work directory (its library,
+inference/translator.py: tests/inference/test_translator.py).
 
-One line out per line in, in input order; n-best lists, alignments, samples and
-ensembles from the command line; clear errors for a work directory without a
-model and for ensembles without one vocabulary.
+N-best lists, alignments, samples and ensembles from the command line; clear errors
+for a work directory without a model and for ensembles without one vocabulary.
 """
 
-import dataclasses
 import io
-import json
 import logging
 import os
 import pathlib
@@ -22,63 +20,28 @@ import numpy as np
 import pytest
 
 import formats
-from t2t_jax import configs
 from t2t_jax.cli import translate
 from t2t_jax.data import demo
 from t2t_jax.data import textio
 from t2t_jax.data import vocab
 from t2t_jax.decoding import programs
-from t2t_jax.ids import EOS_ID, UNK_ID
+from t2t_jax.ids import UNK_ID
 from t2t_jax.inference import bleu as evaluate
 from t2t_jax.inference import long_inputs
 from t2t_jax.inference import streaming
 from t2t_jax.inference import translator as inference
-from t2t_jax.model import transformer as model
-from t2t_jax.runtime import averaging
-from t2t_jax.runtime import checkpoint
 
-import trained  # tests/trained.py (tests/ is on sys.path)
+import random_run  # tests/ is on sys.path
+import trained
+from random_run import LINES, LONG
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
-
-LONG = " ".join(["the old man saw the small dog"] * 12)
-LINES = [
-    "the dog sleeps",
-    "",
-    "yesterday the old man saw the small dog 🐶🎉",
-    "\x00\x07 control \x1b[31m characters\r inside \x0b\u2028 a line",
-    "日本語のテキスト, עברית, Ελληνικά",
-    "   ",
-    LONG,
-    "a",
-    "the children opened the door of the house because it was cold",
-]
 
 
 @pytest.fixture(scope="module")
 def saved(tmp_path_factory):
-  """config.json, vocab/spm.model, two checkpoints and their average, as training leaves them."""
-  root = tmp_path_factory.mktemp("run")
-  pairs = demo.generate(300, seed=0, max_words=12)
-  tokenizer = vocab.build_or_load(96, str(root / "vocab"), lambda: pairs)
-  cfg = configs.get_config("demo", vocab_size=96, num_layers=1, d_model=16, d_ff=32,
-                           num_heads=2, max_len=64, max_decode_extra=4, beam_size=2,
-                           decode_batch_size=4)
-  assert tokenizer.vocab_size <= cfg.vocab_size
-  (root / "config.json").write_text(json.dumps(dataclasses.asdict(cfg)))
-  first = model.init_params(cfg.model, jax.random.key(0))
-  # A random model prefers the empty translation (its distributions are flat, or
-  # peaked on whatever token); peaked ones (logits x10 through the shared
-  # embedding) with EOS in the middle of the pack (logit 0) give real outputs.
-  embedding = 10.0 * np.asarray(first["embedding"]["embedding"])
-  embedding[EOS_ID] = 0.0
-  first["embedding"]["embedding"] = embedding
-  second = jax.tree.map(lambda x: 0.8 * x, first)
-  with checkpoint.Checkpointer(root, cfg, async_save=False) as ckpt:
-    for step, params in ((1, first), (2, second)):
-      ckpt.maybe_save(step, {"params": params}, force=True)
-  averaging.average_checkpoints(root, last=2)
-  return root, first, second
+  """A tiny random model's work directory (tests/random_run.py) and its two checkpoints' params."""
+  return random_run.make(tmp_path_factory.mktemp("run"))
 
 
 @pytest.fixture(scope="module")
@@ -89,29 +52,6 @@ def translator(saved):
 @pytest.fixture(scope="module")
 def workdir(saved):
   return saved[0]
-
-
-def test_every_line_gets_one_translation_in_input_order(translator):
-  warnings = []
-  outputs = translator.translate(LINES, warn=warnings.append)
-  assert len(outputs) == len(LINES)
-  assert outputs[1] == "" and outputs[5] == ""
-  assert all("\n" not in out for out in outputs)
-  assert sum(bool(out) for out in outputs) >= 4
-  assert len(warnings) == 1 and "line 7 " in warnings[0]
-  order = np.random.default_rng(0).permutation(len(LINES))
-  shuffled = translator.translate([LINES[i] for i in order], warn=lambda _: None)
-  assert shuffled == [outputs[i] for i in order]
-
-
-def test_average_is_the_default_and_no_average_takes_the_latest(saved, translator):
-  workdir, first, second = saved
-  latest = inference.Translator(workdir, average=False).params
-  for got, a, b in zip(jax.tree.leaves(translator.params), jax.tree.leaves(first),
-                       jax.tree.leaves(second)):
-    np.testing.assert_allclose(got, (np.asarray(a) + np.asarray(b)) / 2, rtol=1e-6)
-  for got, b in zip(jax.tree.leaves(latest), jax.tree.leaves(second)):
-    np.testing.assert_array_equal(got, b)
 
 
 def test_command_line_stdin_to_stdout_and_files(workdir, translator, monkeypatch, capsysbinary,

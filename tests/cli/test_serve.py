@@ -1,0 +1,51 @@
+"""cli/serve.py: `t2t-serve`'s flags reach the server's options and engine, and a wrong
+combination is one line (the server at work, over HTTP: tests/serve/)."""
+
+import pytest
+
+pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
+
+from t2t_jax.cli import serve as serve_cli  # noqa: E402  (after the skip)
+from t2t_jax.serve import app as app_lib  # noqa: E402
+
+
+@pytest.fixture
+def started(monkeypatch):
+  """What main hands to create_app and serve, instead of listening."""
+  calls = {}
+
+  def create_app(engine, options, **kwargs):
+    calls.update(engine=engine, options=options, **kwargs)
+    return "app"
+
+  monkeypatch.setattr(app_lib, "create_app", create_app)
+  monkeypatch.setattr(app_lib, "serve", lambda app, host, port, banner: calls.update(
+      app=app, host=host, port=port, banner=banner))
+  return calls
+
+
+def test_flags_reach_the_options_the_engine_and_the_listener(trained_workdir, started):
+  serve_cli.main(["--workdir", str(trained_workdir), "--port", "0", "--max_batch", "3",
+                  "--max_wait_ms", "20", "--max_lines", "5", "--max_chars", "40",
+                  "--max_beam", "6", "--max_len_a", "1.5", "--workers", "1"])
+  options = started["options"]
+  assert (options.max_batch, options.max_wait, options.workers) == (3, 0.02, 1)
+  assert (options.limits.max_lines, options.limits.max_chars, options.limits.max_beam) == (
+      5, 40, 6)
+  engine = started["engine"]
+  assert (engine.name, engine.batch_size, engine.max_len_a) == ("jax", 3, 1.5)
+  assert (started["app"], started["host"], started["port"]) == ("app", "127.0.0.1", 0)
+  assert started["banner"].startswith(f"serving {trained_workdir} (jax engine)")
+
+
+def test_the_decode_batch_size_is_the_default_batch(trained_workdir, started):
+  serve_cli.main(["--workdir", str(trained_workdir)])
+  assert started["options"].max_batch == started["engine"].cfg.decode_batch_size
+
+
+def test_a_checkpoint_with_the_ctranslate2_engine_is_one_line(trained_workdir, started):
+  checkpoint = next((trained_workdir / "checkpoints").iterdir())
+  with pytest.raises(SystemExit, match="--checkpoint is for --engine jax"):
+    serve_cli.main(["--workdir", str(trained_workdir), "--engine", "ctranslate2",
+                    "--checkpoint", str(checkpoint)])
+  assert not started
