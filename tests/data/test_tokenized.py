@@ -7,7 +7,7 @@ import pytest
 from t2t_jax.data import tokenized
 from t2t_jax.ids import EOS_ID
 
-PAIRS = [("a b", "x"), ("", "leer"), ("c", "y z w"), ("d e f g", "v"), ("h", " ")]
+PAIRS = [("a b", "x"), ("", "leer"), ("c d e", "y z w"), ("d e f g", "v"), ("h", " ")]
 
 
 class WordIds:
@@ -24,7 +24,7 @@ def _rows(ids, offsets):
 def test_pairs_become_ragged_ids_with_eos_in_order():
   split, counts = tokenized.tokenize_pairs(WordIds(), PAIRS)
   assert len(split) == 5 and counts == {"pairs": 5, "empty": 0, "too_long": 0, "kept": 5}
-  assert _rows(split.src_ids, split.src_offsets) == [[4, 4, EOS_ID], [EOS_ID], [4, EOS_ID],
+  assert _rows(split.src_ids, split.src_offsets) == [[4, 4, EOS_ID], [EOS_ID], [4, 4, 4, EOS_ID],
                                                      [4, 4, 4, 4, EOS_ID], [4, EOS_ID]]
   assert list(split.tgt_lengths) == [2, 2, 4, 2, 1]
 
@@ -33,9 +33,10 @@ def test_pairs_become_ragged_ids_with_eos_in_order():
 def test_limits_drop_empty_and_long_pairs_and_count_them(chunk):
   split, counts = tokenized.tokenize_pairs(WordIds(), PAIRS, max_source_length=4,
                                            max_target_length=4, chunk=chunk)
-  # ("", ..) and (.., " ") are empty; "d e f g" is 5 tokens with EOS, over the limit of 4.
+  # ("", ..) and (.., " ") are empty; "d e f g" is 5 tokens with EOS, over the limit of 4;
+  # "c d e" and "y z w" are 4, at the limit: kept.
   assert counts == {"pairs": 5, "empty": 2, "too_long": 1, "kept": 2}
-  assert _rows(split.src_ids, split.src_offsets) == [[4, 4, EOS_ID], [4, EOS_ID]]
+  assert _rows(split.src_ids, split.src_offsets) == [[4, 4, EOS_ID], [4, 4, 4, EOS_ID]]
   assert _rows(split.tgt_ids, split.tgt_offsets) == [[4, EOS_ID], [4, 4, 4, EOS_ID]]
 
 
