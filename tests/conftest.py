@@ -35,3 +35,11 @@ def extras():
   """The export extra's libraries by name; tests that take it skip without them."""
   extras_lib.skip_if_missing("export")
   return {name: importlib.import_module(name) for name in extras_lib.MODULES["export"]}
+
+
+@pytest.fixture(scope="session")
+def random_workdir(tmp_path_factory):
+  """(work directory, first params, second params): a tiny random model's run, its two
+  checkpoints and their average (tests/random_run.py), for the translation tests."""
+  import random_run  # pylint: disable=import-outside-toplevel  (tests/ is on sys.path)
+  return random_run.make(tmp_path_factory.mktemp("random_run"))

@@ -31,27 +31,20 @@ from t2t_jax.inference import long_inputs
 from t2t_jax.inference import streaming
 from t2t_jax.inference import translator as inference
 
-import random_run  # tests/ is on sys.path
-import trained
+import trained  # tests/trained.py (tests/ is on sys.path)
 from random_run import LINES, LONG
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-  """A tiny random model's work directory (tests/random_run.py) and its two checkpoints' params."""
-  return random_run.make(tmp_path_factory.mktemp("run"))
+def translator(random_workdir):
+  return inference.Translator(random_workdir[0])
 
 
 @pytest.fixture(scope="module")
-def translator(saved):
-  return inference.Translator(saved[0])
-
-
-@pytest.fixture(scope="module")
-def workdir(saved):
-  return saved[0]
+def workdir(random_workdir):
+  return random_workdir[0]
 
 
 def test_command_line_stdin_to_stdout_and_files(workdir, translator, monkeypatch, capsysbinary,
@@ -175,8 +168,8 @@ def test_samples_are_seeded(workdir, tmp_path):
   assert len(first) == 3 * 4 + 1 and len({r.split("\t")[1] for r in first}) > 4
 
 
-def test_ensembles_of_work_directories_and_checkpoints(saved, translator, tmp_path):
-  workdir, first, _ = saved
+def test_ensembles_of_work_directories_and_checkpoints(random_workdir, translator, tmp_path):
+  workdir, first, _ = random_workdir
   pair = inference.Translator(workdir, ensemble=[workdir])
   assert len(pair.members) == 2
   assert pair.translate(SHORT) == translator.translate(SHORT)

@@ -6,20 +6,13 @@ import jax
 import numpy as np
 import pytest
 
-import random_run  # tests/ is on sys.path
 from random_run import LINES
 from t2t_jax import inference
 
 
 @pytest.fixture(scope="module")
-def saved(tmp_path_factory):
-  """A tiny random model's work directory (tests/random_run.py) and its two checkpoints' params."""
-  return random_run.make(tmp_path_factory.mktemp("run"))
-
-
-@pytest.fixture(scope="module")
-def translator(saved):
-  return inference.Translator(saved[0])
+def translator(random_workdir):
+  return inference.Translator(random_workdir[0])
 
 
 def test_every_line_gets_one_translation_in_input_order(translator):
@@ -35,8 +28,8 @@ def test_every_line_gets_one_translation_in_input_order(translator):
   assert shuffled == [outputs[i] for i in order]
 
 
-def test_average_is_the_default_and_no_average_takes_the_latest(saved, translator):
-  workdir, first, second = saved
+def test_average_is_the_default_and_no_average_takes_the_latest(random_workdir, translator):
+  workdir, first, second = random_workdir
   latest = inference.Translator(workdir, average=False).params
   for got, a, b in zip(jax.tree.leaves(translator.params), jax.tree.leaves(first),
                        jax.tree.leaves(second)):
