@@ -47,6 +47,9 @@ from t2t_jax.inference import sentence_batches
 
 log = logging.getLogger(__name__)
 
+# A batch's sources (ids without EOS) -> its EOS-terminated id rows [rows, width].
+Shape = Callable[[Sequence[Sequence[int]]], np.ndarray]
+
 
 @dataclasses.dataclass(frozen=True)
 class Hypothesis:
@@ -138,8 +141,11 @@ def encode_line(tokenizer: vocab.Tokenizer, line: str, limit: int, number: int,
 def _translate_batch(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
                      indices: Sequence[int], sources: Sequence[list[int]],
                      words: Sequence[Optional[list[int]]], search: search_lib.Search,
-                     batch_size: int, aligned: Optional[Alignments]) -> list[list[Hypothesis]]:
-  inputs = sentence_batches.source_rows(sources, batch_size, search_lib.max_positions(members))
+                     batch_size: int, aligned: Optional[Alignments],
+                     shape: Optional[Shape]) -> list[list[Hypothesis]]:
+  inputs = (shape(sources) if shape is not None
+            else sentence_batches.source_rows(sources, batch_size,
+                                              search_lib.max_positions(members)))
   ids = np.zeros(len(inputs), np.int64)
   ids[:len(indices)] = indices
   tokens, scores = programs.decode_batch(members, inputs, search, ids=ids)
@@ -162,14 +168,15 @@ def _translate_batch(members: Sequence[ensemble.Member], tokenizer: vocab.Tokeni
 
 def _translate_window(members, tokenizer, numbered: Sequence[tuple[int, str]], *,
                       search: search_lib.Search, batch_size: int, aligned: Optional[Alignments],
-                      in_flight: int, warn: Callable[[str], None]) -> list[Translation]:
+                      in_flight: int, warn: Callable[[str], None],
+                      shape: Optional[Shape]) -> list[Translation]:
   limit = search_lib.max_positions(members) - 1
   indices, lines = [index for index, _ in numbered], [line for _, line in numbered]
   encoded = [encode_line(tokenizer, line, limit, indices[k] + 1, warn, aligned is not None)
              for k, line in enumerate(lines)]
   translate = lambda chunk: _translate_batch(
       members, tokenizer, [indices[k] for k in chunk], [encoded[k][0] for k in chunk],
-      [encoded[k][1] for k in chunk], search, batch_size, aligned)
+      [encoded[k][1] for k in chunk], search, batch_size, aligned, shape)
   lengths = [len(ids) for ids, _ in encoded]
   found = sentence_batches.by_length(translate, lengths, batch_size=batch_size,
                                      in_flight=in_flight,
@@ -184,7 +191,8 @@ def stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
            alignments: Optional[Alignments] = None,
            in_flight: int = in_flight_lib.DEFAULT,
            long_inputs: str = long_inputs_lib.DEFAULT, grouped: bool = False,
-           warn: Callable[[str], None] = log.warning) -> Iterator[Translation]:
+           warn: Callable[[str], None] = log.warning,
+           shape: Optional[Shape] = None) -> Iterator[Translation]:
   """One `Translation` per line of `lines`, in input order, `window` lines at a time.
 
   `window` (default 16 batches) bounds the lines held in memory; larger windows
@@ -193,7 +201,9 @@ def stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
   `in_flight` batches of a window decode at once (decoding/in_flight.py).
   `alignments` adds word alignments to every hypothesis. `long_inputs`: "split",
   "crop" or "fail" for a line longer than the models' limit (long_inputs.py).
-  Settings are checked here; lines are read as the iterator is.
+  Settings are checked here; lines are read as the iterator is. `shape(sources)`
+  makes a batch's id rows (default `batch.source_rows`): a server pads into the
+  shapes it has compiled.
   """
   members = tuple(members)
   if batch_size < 1:
@@ -211,7 +221,7 @@ def stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
   groups = lines if grouped else _windows(iter(lines), window)
   return fitted.join(_translate_groups(
       members, tokenizer, groups, window=window, fitted=fitted, search=search,
-      batch_size=batch_size, aligned=alignments, in_flight=in_flight, warn=warn))
+      batch_size=batch_size, aligned=alignments, in_flight=in_flight, warn=warn, shape=shape))
 
 
 def _windows(lines: Iterator[str], window: int) -> Iterator[list[str]]:

@@ -142,7 +142,8 @@ class Translator:
                        batch_size: Optional[int] = None, window: Optional[int] = None,
                        in_flight: int = in_flight_lib.DEFAULT,
                        long_inputs: str = long_inputs_lib.DEFAULT, grouped: bool = False,
-                       warn: Callable[[str], None] = log.warning) -> Iterator[streaming.Translation]:
+                       warn: Callable[[str], None] = log.warning,
+                       shape: Optional[streaming.Shape] = None) -> Iterator[streaming.Translation]:
     """One `streaming.Translation` per line as the lines arrive, in input order.
 
     n_best: hypotheses per line (beam search: at most beam_size; with
@@ -156,7 +157,8 @@ class Translator:
     batches), `in_flight` batches of them decoding at once; `grouped`: `lines`
     yields lists of lines, each decoded as soon as it is read
     (`textio.iter_arrived`). `long_inputs`: "split" (default), "crop" or "fail"
-    for lines longer than the model's limit (inference/long_inputs.py).
+    for lines longer than the model's limit (inference/long_inputs.py). `shape`: a
+    batch's id rows from its sources (`streaming.translate_stream`).
     """
     search = search_lib.Search.from_config(
         self.cfg, beam_size=beam_size, alpha=alpha, max_decode_extra=max_decode_extra,
@@ -168,4 +170,4 @@ class Translator:
         self.members, self.tokenizer, lines, search=search,
         batch_size=batch_size or self.cfg.decode_batch_size, window=window,
         alignments=alignments or None, in_flight=in_flight, long_inputs=long_inputs,
-        grouped=grouped, warn=warn)
+        grouped=grouped, warn=warn, shape=shape)
