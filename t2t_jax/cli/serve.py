@@ -16,9 +16,12 @@ lines) gets 503 with Retry-After. SIGTERM or Ctrl-C: no new
 connections, the requests under way are answered, then exit 0.
 
 A line's translation is the one `t2t-translate` gives (the same model, settings
-and search). The start-up compiles the batch shapes of lines up to
---warmup_pieces pieces with the default settings; other beam sizes, n-best
-lists, alignments and longer lines compile on first use. Docs: README, "Serve".
+and search). The start-up compiles the batch shapes (`engines.JaxEngine.shapes`)
+of lines up to --warmup_pieces pieces with the default settings: the first
+--warmup_shapes before /health answers 200, the others in the background, each
+used as soon as it is compiled; a batch pads into the cheapest shape compiled,
+so no request waits for a compilation. Other beam sizes, n-best lists,
+alignments and longer lines compile on first use. Docs: README, "Serve".
 """
 
 from __future__ import annotations
@@ -70,6 +73,10 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument("--warmup_pieces", type=int,
                       help="compile at start-up the batch shapes of lines up to this many pieces "
                            "(default: the model's max_len - 1; 0: none)")
+  parser.add_argument("--warmup_shapes", type=int, default=1,
+                      help="batch shapes compiled before /health answers 200 (default 1: one "
+                           "line of any length); the others compile in the background while "
+                           "requests are padded into the shapes compiled")
   parser.add_argument("--threads", type=int, default=0,
                       help="--engine ctranslate2: its threads (default 0: all cores)")
   return parser
@@ -108,9 +115,13 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
       max_batch=max_batch, max_tokens=args.max_tokens, max_queue=args.max_queue,
       max_wait=args.max_wait_ms / 1000, workers=args.workers,
       limits=protocol.Limits(args.max_lines, args.max_chars, args.max_beam))
+  first = args.warmup_shapes
   app = app_lib.create_app(
       engine, options, attention=functools.partial(engines.attention, translator),
-      warm_up=lambda: log.info("warm-up: %d decoding programs", engine.warm_up(pieces, settings)))
+      warm_up=lambda: log.info("warm-up: %d decoding programs",
+                               engine.warm_up(pieces, settings, count=first)),
+      background=lambda: log.info("background warm-up: %d decoding programs",
+                                  engine.warm_up(pieces, settings, skip=first)))
   app_lib.serve(app, args.host, args.port,
                 f"serving {args.workdir} ({engine.name} engine) on http://{{}}/")
 

@@ -62,6 +62,7 @@ class _State:
   def __init__(self, engine: Any, options: Options):
     self.engine, self.options, self.limits = engine, options, options.limits
     self.ready = threading.Event()
+    self.warm = threading.Event()     # the background warm-up is done too
     self.failed: Optional[str] = None
     self.metrics = metrics_lib.Metrics(queued=lambda: self.batcher.queued)
     self.batcher = batcher_lib.Batcher(
@@ -203,13 +204,14 @@ def _other_routes(app: fastapi.FastAPI, state: _State,
 
   @app.get("/health")
   async def health():
-    """200 once the decoding programs are compiled (or read from the cache), else 503/500."""
+    """200 once the first decoding programs are compiled (or read from the cache), else
+    503/500; "warm": the background warm-up is done."""
     if state.failed is not None:
       return responses.JSONResponse({"status": "failed", "error": state.failed}, 500)
     if not state.ready.is_set():
       return responses.JSONResponse({"status": "starting"}, 503,
                                     headers={"Retry-After": RETRY_AFTER})
-    return {"status": "ready", "engine": state.engine.name}
+    return {"status": "ready", "engine": state.engine.name, "warm": state.warm.is_set()}
 
   @app.get("/metrics")
   async def metrics():
@@ -222,7 +224,8 @@ def _other_routes(app: fastapi.FastAPI, state: _State,
     return responses.FileResponse(STATIC / "index.html")
 
 
-def _warm_up(state: _State, warm_up: Optional[Callable[[], Any]]) -> None:
+def _warm_up(state: _State, warm_up: Optional[Callable[[], Any]],
+             background: Optional[Callable[[], Any]]) -> None:
   try:
     if warm_up is not None:
       start = time.monotonic()
@@ -232,25 +235,36 @@ def _warm_up(state: _State, warm_up: Optional[Callable[[], Any]]) -> None:
   except Exception as e:  # pylint: disable=broad-except  (reported by /health and each request)
     log.exception("warm-up failed")
     state.failed = str(e).splitlines()[0] if str(e) else type(e).__name__
+    return
+  try:
+    if background is not None:
+      start = time.monotonic()
+      background()
+      log.info("background warm-up done in %.1f s", time.monotonic() - start)
+  except Exception:  # pylint: disable=broad-except  (requests use what was compiled before)
+    log.exception("background warm-up failed")
+  state.warm.set()
 
 
 def create_app(engine: Any, options: Options = Options(),
                attention: Optional[Callable[..., dict]] = None,
-               warm_up: Optional[Callable[[], Any]] = None) -> fastapi.FastAPI:
+               warm_up: Optional[Callable[[], Any]] = None,
+               background: Optional[Callable[[], Any]] = None) -> fastapi.FastAPI:
   """The server for `engine` (engines.py: translate, check, count_pieces, source_tokens, cfg,
   name).
 
   `warm_up` runs on a thread of its own at start-up; /health and the routes
-  answer 503 until it has returned. `attention(source, target, layer=, head=)`
-  serves the page's heatmap.
+  answer 503 until it has returned. Then `background` runs on that thread while
+  requests are served (/health says "warm": true once it has returned).
+  `attention(source, target, layer=, head=)` serves the page's heatmap.
   """
   state = _State(engine, options)
 
   @contextlib.asynccontextmanager
   async def lifespan(_):
     state.batcher.start()
-    threading.Thread(target=_warm_up, args=(state, warm_up), name="t2t_jax-warm-up",
-                     daemon=True).start()
+    threading.Thread(target=_warm_up, args=(state, warm_up, background),
+                     name="t2t_jax-warm-up", daemon=True).start()
     yield
     # uvicorn has answered every request under way; nothing is queued any more.
     await run_in_threadpool(state.batcher.stop)

@@ -17,6 +17,7 @@ cross-attention in both (CTranslate2's output teacher-forced through it).
 from __future__ import annotations
 
 import dataclasses
+import functools
 import json
 import logging
 import os
@@ -38,11 +39,20 @@ from t2t_jax.ids import EOS_ID
 from t2t_jax.inference import sentence_batches
 from t2t_jax.inference import streaming
 from t2t_jax.inference import visualize
+from t2t_jax.runtime import heap
 
 log = logging.getLogger(__name__)
 
 # Where `--engine ctranslate2` keeps the work directory's export.
 CTRANSLATE2_DIR = "ctranslate2"
+# The batch shapes the JAX engine compiles: row counts (with the batch size) and source
+# widths (with the widest one the warm-up needs); a batch pads up into the cheapest one
+# compiled. docs/benchmarks.md ("Serving") measures what each costs and saves.
+ROWS = (1, 8)
+WIDTHS = (16, 32, 64, 128)
+# A shape's cost, (rows + ROW_OVERHEAD) x width: a batch's time grows about in proportion
+# to its width, and much less than its rows (filler rows stop after a token).
+ROW_OVERHEAD = 48
 
 
 @dataclasses.dataclass(frozen=True)
@@ -70,15 +80,27 @@ def _source_tokens(engine: "Engine", line: str) -> int:
 
 
 class JaxEngine:
-  """Our beam search (`Translator.translate_stream`), one batch of lines per call."""
+  """Our beam search (`Translator.translate_stream`), one batch of lines per call.
+
+  Once `warm_up` has compiled shapes for a request's settings, its batches are
+  padded into the cheapest compiled shape that holds them (never compiling on a
+  request's time); settings never warmed up compile their shapes on first use.
+  """
 
   name = "jax"
 
-  def __init__(self, translator: inference.Translator, batch_size: int, max_len_a: float = 1.0):
+  def __init__(self, translator: inference.Translator, batch_size: int, max_len_a: float = 1.0,
+               rows: Optional[Sequence[int]] = None):
     """`max_len_a`: outputs have at most ceil(max_len_a x (source + EOS)) + max_decode_extra
-    tokens (`search.output_limits`), as with t2t-translate's --max_len_a."""
+    tokens (`search_lib.output_limits`), as with t2t-translate's --max_len_a. `rows`: the row
+    counts the warm-up compiles (default `ROWS` and batch_size)."""
     self.translator, self.cfg, self.tokenizer = translator, translator.cfg, translator.tokenizer
     self.batch_size, self.max_len_a = batch_size, max_len_a
+    self.rows = sorted({min(r, batch_size) for r in (ROWS if rows is None else rows)}
+                       | {batch_size})
+    self.positions = search_lib.max_positions(translator.members)
+    self._compiled: dict[Settings, set[tuple[int, int]]] = {}   # shapes whose programs are
+    self._compiled_lock = threading.Lock()                      # all compiled, per settings
 
   def check(self, settings: Settings) -> None:
     """ValueError naming the setting the model cannot decode with."""
@@ -90,31 +112,61 @@ class JaxEngine:
   def translate(self, lines: Sequence[str], settings: Settings) -> list[streaming.Translation]:
     # One batch per call (the batcher sends at most batch_size lines); the batcher's
     # workers keep two batches in flight, as `in_flight` does for t2t-translate.
+    with self._compiled_lock:
+      compiled = sorted(self._compiled.get(settings, ()))
+    # Every row count is compiled at the widest width first (`shapes`), so that the most
+    # rows compiled hold any batch of the lines warmed up for.
+    rows = max((r for r, _ in compiled), default=self.batch_size)
+    shape = functools.partial(self._padded, compiled) if compiled else None
     return list(self.translator.translate_stream(
         lines, n_best=settings.n_best, alignments=settings.alignments,
-        beam_size=settings.beam_size, max_len_a=self.max_len_a, batch_size=self.batch_size,
-        window=max(len(lines), 1), in_flight=1))
+        beam_size=settings.beam_size, max_len_a=self.max_len_a, batch_size=rows,
+        window=max(len(lines), 1), in_flight=1, shape=shape))
+
+  def _padded(self, compiled: list[tuple[int, int]],
+              sources: Sequence[Sequence[int]]) -> np.ndarray:
+    """The rows of `sources` in the cheapest compiled shape that holds them; the shape
+    `sentence_batches.source_rows` makes when none does (a line longer than the warm-up's)."""
+    inputs = sentence_batches.source_rows(sources, self.batch_size, self.positions)
+    fits = [(r, w) for r, w in compiled if r >= len(sources) and w >= inputs.shape[1]]
+    if not fits:
+      return inputs
+    rows, width = min(fits, key=lambda shape: ((shape[0] + ROW_OVERHEAD) * shape[1], shape))
+    padded = np.zeros((rows, width), inputs.dtype)
+    padded[:len(sources), :inputs.shape[1]] = inputs[:len(sources)]
+    return padded
 
   def shapes(self, max_pieces: int) -> list[tuple[int, int]]:
-    """The (rows, width) batch shapes that lines of at most `max_pieces` pieces decode in."""
-    limit = search_lib.max_positions(self.translator.members)
-    widths = sorted({min(buckets.bucket_length(n + 1), limit)
-                     for n in range(1, min(max_pieces, limit - 1) + 1)})
-    rows = sorted({sentence_batches.source_rows([[0]] * n, self.batch_size, limit).shape[0]
-                   for n in range(1, self.batch_size + 1)})
-    return [(r, w) for w in widths for r in rows]
+    """The (rows, width) batch shapes the warm-up compiles for lines of at most `max_pieces`
+    pieces, in order: one row at the widest width first (any line then decodes), then
+    every row count at the widest width before its narrower ones (so that any batch of
+    that many lines decodes), the largest first."""
+    if max_pieces < 1:
+      return []
+    widest = min(buckets.bucket_length(min(max_pieces, self.positions - 1) + 1), self.positions)
+    widths = [widest] + sorted((w for w in WIDTHS if w < widest), reverse=True)
+    rows = [1] + sorted(set(self.rows) - {1}, reverse=True)
+    return [(r, widest) for r in rows] + [(r, w) for r in sorted(rows, reverse=True)
+                                          for w in widths[1:]]
 
-  def warm_up(self, max_pieces: int, settings: Settings) -> int:
-    """Compiles (or reads from the compilation cache) every program that batches of lines up
-    to `max_pieces` pieces with `settings` decode with; returns how many programs.
+  def warm_up(self, max_pieces: int, settings: Settings, count: Optional[int] = None,
+              skip: int = 0) -> int:
+    """Compiles (or reads from the compilation cache) the programs of `shapes(max_pieces)`
+    [skip:skip + count] (default: all) with `settings`; returns how many programs.
 
-    Every batch shape and every chunk of the search (`programs.chunk_lengths`), so
-    that no request pays a compilation; each program runs for a step at most
-    (`programs.compile_beam_programs`).
+    Every chunk of the search (`programs.chunk_lengths`) of each shape, so that no
+    request pays a compilation; each program runs for a step at most
+    (`programs.compile_beam_programs`). Requests use each shape as soon as it is done.
     """
     search = _search(self, settings)
-    return sum(programs.compile_beam_programs(self.translator.members, rows, width, search)
-               for rows, width in self.shapes(max_pieces))
+    shapes = self.shapes(max_pieces)
+    made = 0
+    for shape in shapes[skip:None if count is None else skip + count]:
+      made += programs.compile_beam_programs(self.translator.members, *shape, search)
+      with self._compiled_lock:
+        self._compiled.setdefault(settings, set()).add(shape)
+      heap.release()   # the compiler's peak, freed but held by the C heap
+    return made
 
 
 def _export_is_current(workdir: pathlib.Path, model_bin: pathlib.Path) -> bool:
@@ -174,20 +226,20 @@ class CTranslate2Engine:
     todo = [k for k, (ids, _) in enumerate(encoded) if ids]
     sources = [[*encoded[k][0], EOS_ID] for k in todo]
     limits = engines.output_limits(self.cfg, sources, search.max_decode_extra,
-                                          search.max_len_a)
-    outputs: dict[int, list[tuple[list[int], float]]] = {}
+                                   search.max_len_a)
     with self._lock:
-      for max_length, group in engines.batches(limits, self.batch_size):
-        pieces = [[self.tokens[t] for t in sources[g][:-1]] + (["</s>"] if self.append_eos else [])
-                  for g in group]
-        results = self.model.translate_batch(
-            pieces, beam_size=search.beam_size, num_hypotheses=search.n_best,
-            length_penalty=search.alpha, max_decoding_length=max_length,
-            min_decoding_length=search.min_len, return_scores=True,
-            max_batch_size=self.batch_size)
-        for g, result in zip(group, results):
-          outputs[todo[g]] = [([self.ids[p] for p in hyp], float(score))
-                              for hyp, score in zip(result.hypotheses, result.scores)]
+      longest = max(limits, default=1)
+      found = self._decode(sources, [longest] * len(sources), search)
+      # CTranslate2 takes one length limit per call: a line that reached a shorter limit of
+      # its own under the batch's longest is decoded again under its own, so that it is cut
+      # where ours is.
+      again = [g for g, (ids, _) in enumerate(h[0] for h in found)
+               if len(ids) + 1 >= limits[g] < longest]
+      if again:
+        for g, hyps in zip(again, self._decode([sources[g] for g in again],
+                                               [limits[g] for g in again], search)):
+          found[g] = hyps
+    outputs = {todo[g]: hyps for g, hyps in enumerate(found)}
     for k, found in outputs.items():
       if settings.alignments:
         hypotheses[k] = self._aligned(encoded[k], found)
@@ -195,6 +247,24 @@ class CTranslate2Engine:
         hypotheses[k] = [streaming.Hypothesis(streaming.ids_to_text(self.tokenizer, ids), score)
                          for ids, score in found]
     return [streaming.Translation(k, h) for k, h in enumerate(hypotheses)]
+
+  def _decode(self, sources: list[list[int]], limits: list[int], search: search_lib.Search
+              ) -> list[list[tuple[list[int], float]]]:
+    """Each source's hypotheses (ids, score) under its limit: one translate_batch per limit
+    (`engines.batches`), all the sources at once when they share it."""
+    found: list[list[tuple[list[int], float]]] = [[] for _ in sources]
+    for max_length, group in engines.batches(limits, len(sources)):
+      pieces = [[self.tokens[t] for t in sources[g][:-1]] + (["</s>"] if self.append_eos else [])
+                for g in group]
+      results = self.model.translate_batch(
+          pieces, beam_size=search.beam_size, num_hypotheses=search.n_best,
+          length_penalty=search.alpha, max_decoding_length=max_length,
+          min_decoding_length=search.min_len, return_scores=True,
+          max_batch_size=self.batch_size)
+      for g, result in zip(group, results):
+        found[g] = [([self.ids[p] for p in hyp], float(score))
+                    for hyp, score in zip(result.hypotheses, result.scores)]
+    return found
 
   def _aligned(self, source: tuple[list[int], Optional[list[int]]],
                found: list[tuple[list[int], float]]) -> list[streaming.Hypothesis]:
@@ -205,8 +275,9 @@ class CTranslate2Engine:
     return [streaming.Hypothesis(text, score, p)
             for (text, _), (_, score), p in zip(texts, found, pairs)]
 
-  def warm_up(self, max_pieces: int, settings: Settings) -> int:
-    del max_pieces, settings   # CTranslate2 compiles nothing
+  def warm_up(self, max_pieces: int, settings: Settings, count: Optional[int] = None,
+              skip: int = 0) -> int:
+    del max_pieces, settings, count, skip   # CTranslate2 compiles nothing
     return 0
 
 

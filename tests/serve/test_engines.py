@@ -4,12 +4,14 @@ both engines bound each output by our one length rule."""
 import concurrent.futures
 import contextlib
 import math
+import threading
 
 import jax
 import numpy as np
 
 from t2t_jax import inference
 from t2t_jax.decoding import search as search_lib
+from t2t_jax.ids import EOS_ID
 from t2t_jax.serve import app as app_lib
 from t2t_jax.serve import engines
 
@@ -20,12 +22,13 @@ from fake_engine import request, running, wait_until
 
 @contextlib.contextmanager
 def _compilations():
-  """The names of JAX's tracing, lowering and compiling events while inside, in a list."""
+  """JAX's tracing, lowering and compiling events while inside, as (thread name, event), in a
+  list."""
   seen = []
 
   def listen(event, _seconds, **_):
     if event.startswith("/jax/core/compile/"):
-      seen.append(event)
+      seen.append((threading.current_thread().name, event))
 
   jax.monitoring.register_event_duration_secs_listener(listen)
   try:
@@ -34,22 +37,55 @@ def _compilations():
     jax.monitoring.unregister_event_duration_listener(listen)
 
 
-def test_requests_of_the_warmed_shapes_compile_nothing_once_health_is_ready(trained_workdir):
+def test_requests_compile_nothing_once_health_is_ready_nor_while_the_rest_compiles(
+    trained_workdir):
   jax.clear_caches()   # what earlier tests of this process compiled would hide a missing warm-up
   translator = inference.Translator(trained_workdir)
   engine = engines.JaxEngine(translator, batch_size=2)
   settings = engines.Settings(beam_size=translator.cfg.beam_size)
-  app = app_lib.create_app(engine, app_lib.Options(max_batch=2, max_wait=0.05),
-                           warm_up=lambda: engine.warm_up(6, settings))   # LINES: <= 6 pieces
-  with running(app) as address:
+  assert engine.shapes(6) == [(1, 8), (2, 8)]     # LINES: <= 6 pieces
+  go_on = threading.Event()
+  app = app_lib.create_app(
+      engine, app_lib.Options(max_batch=2, max_wait=0.05),
+      warm_up=lambda: engine.warm_up(6, settings, count=1),
+      background=lambda: go_on.wait(60) and engine.warm_up(6, settings, skip=1))
+  # One line alone and two at once: both row counts of --max_batch 2.
+  groups = [LINES[:1], LINES[1:3], LINES[3:4], LINES[4:6]]
+  expected = translator.translate(LINES[:6])
+  with running(app) as address, _compilations() as seen:
     wait_until(lambda: request(address, "GET", "/health")[0] == 200, "ready")
-    with _compilations() as seen, concurrent.futures.ThreadPoolExecutor(4) as pool:
-      # One line alone and two at once: both row counts of --max_batch 2.
-      groups = [LINES[:1], LINES[1:3], LINES[3:4], LINES[4:6]]
-      answers = list(pool.map(
+    with concurrent.futures.ThreadPoolExecutor(4) as pool:
+      # While [2, 8] waits to compile, two lines decode in [1, 8], one after the other.
+      before = list(pool.map(
           lambda g: request(address, "POST", "/v1/translate", {"text": g}), groups))
-  assert [status for status, _, _ in answers] == [200] * len(groups)
-  assert seen == []
+      go_on.set()
+      wait_until(lambda: request(address, "GET", "/health")[2]["warm"], "warm")
+      after = list(pool.map(
+          lambda g: request(address, "POST", "/v1/translate", {"text": g}), groups))
+  for answers in (before, after):
+    assert [status for status, _, _ in answers] == [200] * len(groups)
+    assert [t["text"] for _, _, body in answers for t in body["translations"]] == expected
+  assert [event for thread, event in seen if thread != "t2t_jax-warm-up"] == []
+  assert any(thread == "t2t_jax-warm-up" for thread, _ in seen)   # [2, 8] compiled meanwhile
+
+
+def test_a_batch_pads_into_the_cheapest_shape_compiled(trained_workdir):
+  translator = inference.Translator(trained_workdir)
+  engine = engines.JaxEngine(translator, batch_size=64)
+  widest = min(translator.cfg.max_len, 128)
+  assert engine.shapes(translator.cfg.max_len)[:3] == [(1, widest), (64, widest), (8, widest)]
+  compiled = [(1, widest), (64, widest), (8, widest)]
+  sources = [[5, 6, 7]] * 3                                  # [4 rows, 8 positions] unpadded
+  assert engine._padded(compiled, sources).shape == (8, widest)
+  # Narrower beats fewer rows: a batch's time goes with its width more than with its rows.
+  compiled.append((64, 16))
+  assert engine._padded(compiled, sources).shape == (64, 16)
+  assert engine._padded(compiled + [(8, 16)], sources).shape == (8, 16)
+  padded = engine._padded(compiled, [[5, 6, 7]] * 9)
+  assert padded.shape == (64, 16)
+  assert (padded[:9, :4] == [5, 6, 7, EOS_ID]).all()
+  assert not padded[9:].any() and not padded[:, 4:].any()
+  assert engine._padded([], sources).shape == (4, 8)        # nothing compiled: source_rows
 
 
 def test_both_engines_bound_each_output_by_max_len_a_and_agree(trained_workdir):
@@ -70,25 +106,55 @@ def test_both_engines_bound_each_output_by_max_len_a_and_agree(trained_workdir):
   assert texts["ctranslate2"] == texts["jax"]
 
 
-def test_the_ctranslate2_engine_asks_for_our_limits_and_min_len(trained_workdir):
-  extras_lib.skip_if_missing("export", "ctranslate2")
-  translator = inference.Translator(trained_workdir)
-  engine = engines.CTranslate2Engine.from_workdir(trained_workdir, translator, batch_size=8,
-                                                  max_len_a=1.5)
+def _recorded(engine: engines.CTranslate2Engine) -> list[tuple[int, dict]]:
+  """What the engine asks of CTranslate2 from now on: (lines, options) per translate_batch."""
   calls, model = [], engine.model
 
-  class Recorder:   # what the engine asks of CTranslate2, then the answer
+  class Recorder:
     def translate_batch(self, pieces, **options):
       calls.append((len(pieces), options))
       return model.translate_batch(pieces, **options)
 
   engine.model = Recorder()
-  lines = LINES[:3]
+  return calls
+
+
+def _limits(translator: inference.Translator, lines: list[str], max_len_a: float) -> list[int]:
+  search = search_lib.Search.from_config(translator.cfg, max_len_a=max_len_a)
+  return [search_lib.output_limits(np.ones((1, len(translator.tokenizer.encode(line))), np.int32),
+                              search.max_decode_extra, max_len_a, translator.cfg.max_len)[1][0]
+          for line in lines]
+
+
+def test_the_ctranslate2_engine_decodes_a_batch_in_one_call_under_its_longest_limit(
+    trained_workdir):
+  extras_lib.skip_if_missing("export", "ctranslate2")
+  translator = inference.Translator(trained_workdir)
+  engine = engines.CTranslate2Engine.from_workdir(trained_workdir, translator, batch_size=8,
+                                                  max_len_a=1.5)
+  calls = _recorded(engine)
+  lines = LINES[:3] + ["They wait. We sleep. She is rich. He plays."]   # limits of 2 lengths
   engine.translate(lines, engines.Settings(beam_size=4))
   search = search_lib.Search.from_config(translator.cfg, max_len_a=1.5)
-  limits = [search_lib.output_limits(np.ones((1, len(translator.tokenizer.encode(line))), np.int32),
-                                search.max_decode_extra, 1.5, translator.cfg.max_len)[1][0]
-            for line in lines]
-  asked = sorted(limit for n, options in calls for limit in [options["max_decoding_length"]] * n)
-  assert asked == sorted(limits)
-  assert all(options["min_decoding_length"] == search.min_len >= 1 for _, options in calls)
+  # The outputs end well before their limits (input + 50): nothing is decoded again.
+  assert [(n, options["max_decoding_length"]) for n, options in calls] == [
+      (len(lines), max(_limits(translator, lines, 1.5)))]
+  assert calls[0][1]["min_decoding_length"] == search.min_len >= 1
+
+
+def test_the_ctranslate2_engine_decodes_again_under_its_own_limit_a_line_cut_at_it(
+    trained_workdir):
+  extras_lib.skip_if_missing("export", "ctranslate2")
+  translator = inference.Translator(trained_workdir, max_decode_extra=1)
+  engine = engines.CTranslate2Engine.from_workdir(trained_workdir, translator, batch_size=8,
+                                                  max_len_a=0.5)
+  calls = _recorded(engine)
+  lines = LINES[:2] + ["They wait. We sleep. She is rich. He plays."]
+  limits = _limits(translator, lines, 0.5)
+  assert limits[0] < limits[-1]
+  engine.translate(lines, engines.Settings(beam_size=4))
+  # Every line is cut at the longest limit or its own; those with a shorter one go again.
+  asked = [(n, options["max_decoding_length"]) for n, options in calls]
+  again = sorted(limit for limit in limits if limit < max(limits))
+  assert asked[0] == (len(lines), max(limits))
+  assert sorted(limit for n, limit in asked[1:] for _ in range(n)) == again
