@@ -36,12 +36,14 @@ import json
 import os
 import pathlib
 import re
+import shutil
 import signal
 import subprocess
 import sys
 import tempfile
 import threading
 import time
+from typing import Optional
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 TIMEOUT = 600        # seconds: the bound of every wait here
@@ -58,8 +60,8 @@ def _post(connection: http.client.HTTPConnection, lines: list[str]) -> tuple[int
 class Server:
   """`t2t-serve` in a process of its own, on a free port of 127.0.0.1."""
 
-  def __init__(self, workdir: str, *flags: str):
-    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+  def __init__(self, workdir: str, *flags: str, env: Optional[dict] = None):
+    env = {**os.environ, "PYTHONPATH": str(ROOT), **(env or {})}
     self.proc = subprocess.Popen(
         [sys.executable, "-m", "t2t_jax.cli.serve", "--workdir", workdir, "--port", "0",
          *flags], cwd=ROOT, env=env, stderr=subprocess.PIPE, text=True)
@@ -92,9 +94,19 @@ class Server:
     except OSError:
       return False
 
-  def peak_rss_mib(self) -> float:
+  def peak_rss_mib(self, field: str = "VmHWM") -> float:
+    """Peak resident memory (VmHWM), or now (VmRSS)."""
     status = pathlib.Path(f"/proc/{self.proc.pid}/status").read_text()
-    return int(re.search(r"VmHWM:\s+(\d+) kB", status).group(1)) / 1024
+    return int(re.search(field + r":\s+(\d+) kB", status).group(1)) / 1024
+
+  def wait_warm(self) -> float:
+    """Seconds from now until /health says the background warm-up is done."""
+    start = time.monotonic()
+    while not json.loads(self.get("/health")[1]).get("warm", True):
+      if time.monotonic() - start > START_TIMEOUT:
+        raise RuntimeError("the background warm-up did not end")
+      time.sleep(0.5)
+    return time.monotonic() - start
 
   def batch_sizes(self) -> dict[str, int]:
     """{bucket upper bound: batches}, non-cumulative, from /metrics."""
@@ -195,6 +207,43 @@ def overload_run(server: Server, lines: list[str], reference: list[str], clients
           "health_after": server.get("/health")[0]}
 
 
+def startup_runs(workdir: str, lines: list[str], count_pieces, engine: str = "jax") -> list[dict]:
+  """`t2t-serve --workdir COPY` (defaults) on a copy of the work directory with empty
+  compilation caches, started twice: seconds to /health 200; then one single-line request
+  per piece count of `lines`, one after the other (latency p50/p99); the seconds until the
+  background warm-up is done; resident memory then."""
+  by_length = {}
+  for line in lines:
+    by_length.setdefault(count_pieces(line), line)
+  runs = []
+  with tempfile.TemporaryDirectory() as tmp:
+    copy = pathlib.Path(tmp) / "workdir"
+    shutil.copytree(workdir, copy, ignore=shutil.ignore_patterns("run.lock"))
+    env = {"XDG_CACHE_HOME": f"{tmp}/xdg", "T2T_JAX_COMPILATION_CACHE": f"{tmp}/jax"}
+    for start in ("empty caches", "again"):
+      server = Server(str(copy), "--engine", engine, env=env)
+      latencies = []
+      connection = http.client.HTTPConnection(*server.address, timeout=TIMEOUT)
+      for line in by_length.values():
+        begin = time.monotonic()
+        status, _ = _post(connection, [line])
+        latencies.append(time.monotonic() - begin)
+        if status != 200:
+          raise RuntimeError(f"a request answered {status}")
+      run = {"engine": engine, "start": start, "health_s": round(server.start_seconds, 1),
+             "lengths": len(latencies), "p50_ms": round(1000 * _percentile(latencies, 50), 1),
+             "p99_ms": round(1000 * _percentile(latencies, 99), 1),
+             "max_ms": round(1000 * max(latencies), 1),
+             "warm_after_health_s": round(server.wait_warm() + sum(latencies), 1),
+             "rss_mib": round(server.peak_rss_mib("VmRSS"), 1),
+             "peak_rss_mib": round(server.peak_rss_mib(), 1),
+             "load_average": os.getloadavg()[0]}
+      run["exit_status"] = server.stop()
+      print(json.dumps(run), flush=True)
+      runs.append(run)
+  return runs
+
+
 def batch_command(workdir: str, input_path: str, *flags: str) -> tuple[list[str], float]:
   """t2t-translate's output for the file, and its wall time (start-up included)."""
   env = {**os.environ, "PYTHONPATH": str(ROOT)}
@@ -238,6 +287,16 @@ def main() -> None:
   parser.add_argument("--overload_queue", type=int, default=64,
                       help="t2t-serve --max_queue of the overload run")
   parser.add_argument("--overload_requests", type=int, default=4, help="per client")
+  parser.add_argument("--groups", default=None,
+                      help="lines per request of the load runs (default: 1 and --group)")
+  parser.add_argument("--startup", action="store_true",
+                      help="only the start-up runs (startup_runs) of the JAX engine")
+  parser.add_argument("--overload", action=argparse.BooleanOptionalAction, default=True,
+                      help="the overload runs")
+  parser.add_argument("--batch_command", action=argparse.BooleanOptionalAction, default=True,
+                      help="time t2t-translate --input over the lines")
+  parser.add_argument("--reference", help="a file of the single-line translations: read "
+                                          "if it exists, else written")
   args = parser.parse_args()
   sys.path.insert(0, str(ROOT))
   from t2t_jax import inference  # pylint: disable=import-outside-toplevel
@@ -251,20 +310,32 @@ def main() -> None:
   count_pieces = lambda text: len(tokenizer.encode(text)) - 1 if text.strip() else 0
   longest = max(count_pieces(line) for line in lines)
   results = {"lines": len(lines), "load_average_start": os.getloadavg()[0], "runs": []}
+  if args.startup:
+    results["startup"] = startup_runs(workdir, lines, count_pieces)
+    results["load_average_end"] = os.getloadavg()[0]
+    print(json.dumps(results))
+    return
+  stored = pathlib.Path(args.reference) if args.reference else None
   with tempfile.NamedTemporaryFile("w", suffix=".en") as f:
     f.write("".join(line + "\n" for line in lines))
     f.flush()
-    reference, _ = batch_command(workdir, f.name, "--batch_size", "1")
-    batch_command(workdir, f.name)                       # fills the compilation cache
-    batched, command_seconds = batch_command(workdir, f.name)
-  results.update(batch_command_s=round(command_seconds, 2),
-                 batch_command_sentences_per_s=round(len(lines) / command_seconds, 1),
-                 batch_command_different=sum(a != b for a, b in zip(batched, reference)))
+    if stored is not None and stored.is_file():
+      reference = stored.read_text(encoding="utf-8").splitlines()
+    else:
+      reference, _ = batch_command(workdir, f.name, "--batch_size", "1")
+      if stored is not None:
+        stored.write_text("".join(t + "\n" for t in reference), encoding="utf-8")
+    if args.batch_command:
+      batch_command(workdir, f.name)                       # fills the compilation cache
+      batched, command_seconds = batch_command(workdir, f.name)
+      results.update(batch_command_s=round(command_seconds, 2),
+                     batch_command_sentences_per_s=round(len(lines) / command_seconds, 1),
+                     batch_command_different=sum(a != b for a, b in zip(batched, reference)))
   print(json.dumps({k: v for k, v in results.items() if k != "runs"}), flush=True)
   engine_names = args.engines.split(",")
   for engine in engine_names:
     results["runs"] += engine_runs(workdir, engine, lines, reference, args, longest,
-                                   results["batch_command_sentences_per_s"], count_pieces)
+                                   results.get("batch_command_sentences_per_s"), count_pieces)
   if "ctranslate2" in engine_names:
     seconds = ctranslate2_batch(workdir, lines, cfg_data["decode_batch_size"])
     results["ctranslate2_translate_batch_sentences_per_s"] = round(len(lines) / seconds, 1)
@@ -273,7 +344,7 @@ def main() -> None:
           run["sentences_per_s"] / results["ctranslate2_translate_batch_sentences_per_s"], 2)
     print(json.dumps({"ctranslate2_translate_batch_sentences_per_s":
                       results["ctranslate2_translate_batch_sentences_per_s"]}), flush=True)
-  for engine in engine_names:
+  for engine in engine_names if args.overload else ():
     server = Server(workdir, "--engine", engine, "--warmup_pieces", str(longest), "--max_queue",
                     str(args.overload_queue))
     overload = {"engine": engine, **overload_run(server, lines, reference,
@@ -287,16 +358,21 @@ def main() -> None:
 
 
 def engine_runs(workdir: str, engine: str, lines: list[str], reference: list[str],
-                args: argparse.Namespace, longest: int, command_rate: float,
+                args: argparse.Namespace, longest: int, command_rate: Optional[float],
                 count_pieces) -> list[dict]:
   """One server of `engine`: every count of clients, one line per request then in groups."""
   server = Server(workdir, "--engine", engine, "--warmup_pieces", str(longest))
-  print(json.dumps({"engine": engine, "start_s": round(server.start_seconds, 1)}), flush=True)
+  warm = server.wait_warm()
+  print(json.dumps({"engine": engine, "start_s": round(server.start_seconds, 1),
+                    "warm_after_health_s": round(warm, 1),
+                    "rss_mib": round(server.peak_rss_mib("VmRSS"), 1)}), flush=True)
   runs = []
-  for group in (1, args.group):
+  groups = (1, args.group) if args.groups is None else map(int, args.groups.split(","))
+  for group in groups:
     for clients in map(int, args.clients.split(",")):
       run = {"engine": engine, **load_run(server, lines, reference, clients, group, count_pieces)}
-      run["ratio_to_batch_command"] = round(run["sentences_per_s"] / command_rate, 2)
+      if command_rate:
+        run["ratio_to_batch_command"] = round(run["sentences_per_s"] / command_rate, 2)
       runs.append(run)
       print(json.dumps(run), flush=True)
   exit_status = server.stop()
