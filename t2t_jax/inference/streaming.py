@@ -202,8 +202,8 @@ def stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
   `alignments` adds word alignments to every hypothesis. `long_inputs`: "split",
   "crop" or "fail" for a line longer than the models' limit (long_inputs.py).
   Settings are checked here; lines are read as the iterator is. `shape(sources)`
-  makes a batch's id rows (default `batch.source_rows`): a server pads into the
-  shapes it has compiled.
+  makes a batch's id rows (default `sentence_batches.source_rows`): a server
+  pads into the shapes it has compiled.
   """
   members = tuple(members)
   if batch_size < 1:
