@@ -158,7 +158,7 @@ class Translator:
     yields lists of lines, each decoded as soon as it is read
     (`textio.iter_arrived`). `long_inputs`: "split" (default), "crop" or "fail"
     for lines longer than the model's limit (inference/long_inputs.py). `shape`: a
-    batch's id rows from its sources (`streaming.translate_stream`).
+    batch's id rows from its sources (`streaming.stream`).
     """
     search = search_lib.Search.from_config(
         self.cfg, beam_size=beam_size, alpha=alpha, max_decode_extra=max_decode_extra,
