@@ -2,7 +2,7 @@
 
     python benchmarks/bench_decode.py [random] [--configs=demo,base] [--sentences=8]
         [--source_len=20] [--output_len=24] [--extra=50] [--beam_size=4] [--repeats=3]
-        [--uncached]
+        [--uncached] [--flax_wmt=DIR] [--smoke]
     python benchmarks/bench_decode.py testset --workdir=runs/demo [--repeats=2]
     ... --compare=/path/to/old/checkout [--rounds=3]   # old and new, interleaved
     python benchmarks/bench_decode.py --ctranslate2 [--workdir=runs/demo] [--sentences=256]
@@ -16,7 +16,11 @@ embedding is zero, so EOS (logit 0, about 4 standard deviations below the best
 of the vocabulary's) is never among a beam's best. Rates count the sentences
 and their `output_len` tokens, not the beam's other hypotheses. `--uncached`
 adds the decoder that reruns every position at every step
-(decoding/uncached.py), the encoder once, as the cache does.
+(decoding/uncached.py), the encoder once, as the cache does. `--flax_wmt=DIR`
+(the examples/wmt folder of a Flax checkout) adds the Flax WMT example's own
+model and beam search (its train.py's `predict_step`) at the same size and
+sentences (`measure_flax_wmt`), and the ratio of ours to it. `--smoke` shrinks
+every preset to a toy model, to check that the script runs.
 
 `testset`: the work directory's averaged parameters translate its test set
 (`data/<dataset>/test.<src>`, as the demo writes it) with the config's beam,
@@ -82,6 +86,16 @@ def _device_line() -> str:
 # ------------------------------------------------------------------ measurements
 
 
+# --smoke: a toy model, to check that the script runs (its figures mean nothing).
+SMOKE_MODEL = dict(num_layers=1, d_model=32, d_ff=64, num_heads=2, vocab_size=64)
+
+
+def _config(name: str, args):
+  """The preset `name`, shrunk to SMOKE_MODEL with --smoke."""
+  from t2t_jax import configs  # pylint: disable=import-outside-toplevel
+  return configs.get_config(name, **(SMOKE_MODEL if args.smoke else {}))
+
+
 def _timed(fn, repeats: int) -> tuple[float, float, object]:
   """(first call incl. compilation, best later call) in seconds, and the first call's result."""
   start = time.perf_counter()
@@ -96,33 +110,44 @@ def _timed(fn, repeats: int) -> tuple[float, float, object]:
 
 
 def _driver():
-  """`decode_ids` and `beam_decode(params, inputs, max_lens, cfg, **settings)`, one model's
-  chunked beam search, as this checkout or an older one spells them (`--compare`):
-  decoding/programs.py with inference/sentence_batches.py, decoding/batch.py, or
-  decoding/decode.py.
+  """(decode_ids, beam_decode, model) as this checkout or an older one spells them (`--compare`).
+
+  `decode_ids(cfg, params, ids)` translates many sentences; `beam_decode(params,
+  inputs, max_lens, cfg, **settings)` is one model's chunked beam search; `model`
+  has `init_params`. Layouts: decoding/programs.py with inference/sentence_batches.py,
+  decoding/batch.py, decoding/decode.py, or the flat t2t_jax/decode.py of before the
+  subpackages (5ffbee3).
   """
   # pylint: disable=import-outside-toplevel,protected-access
   try:
-    from t2t_jax.decoding import programs
-    from t2t_jax.inference import sentence_batches
+    from t2t_jax.decoding import programs as search
+    from t2t_jax.inference import sentence_batches as driver
+    from t2t_jax.model import transformer as model
   except ImportError:
-    pass
-  else:
-    return sentence_batches.decode_ids, (
-        lambda params, inputs, max_lens, cfg, **settings: programs._beam_decode(
-            (params,), inputs, max_lens, models=(cfg.model,), **settings))
-  try:
-    from t2t_jax.decoding import batch
-  except ImportError:
-    from t2t_jax.decoding import decode
-    # No sentence stops early in `random`, so there is nothing to narrow (older
-    # checkouts have no such setting).
-    off = {"narrow_batch": False} if "narrow_batch" in inspect.signature(
-        decode._beam_decode).parameters else {}
-    return decode.decode_ids, lambda params, inputs, max_lens, cfg, **settings: (
-        decode._beam_decode(params, inputs, max_lens, cfg=cfg, **off, **settings))
-  return batch.decode_ids, lambda params, inputs, max_lens, cfg, **settings: batch._beam_decode(
-      (params,), inputs, max_lens, models=(cfg.model,), **settings)
+    try:
+      from t2t_jax.decoding import batch as search
+      from t2t_jax.model import transformer as model
+    except ImportError:
+      try:
+        from t2t_jax.decoding import decode as search
+        from t2t_jax.model import transformer as model
+      except ImportError:
+        from t2t_jax import decode as search
+        from t2t_jax import model
+    driver = search
+  accepted = inspect.signature(search._beam_decode).parameters
+  # No sentence stops early in `random`, so there is nothing to narrow; min_len is
+  # the default of the checkouts that have it (no empty translation).
+  fixed = {"narrow_batch": False, "min_len": 1}
+  fixed = {k: v for k, v in fixed.items() if k in accepted}
+
+  def beam_decode(params, inputs, max_lens, cfg, **settings):
+    if "models" in accepted:  # one model of an ensemble's tuple
+      return search._beam_decode((params,), inputs, max_lens, models=(cfg.model,), **fixed,
+                                 **settings)
+    return search._beam_decode(params, inputs, max_lens, cfg=cfg, **fixed, **settings)
+
+  return driver.decode_ids, beam_decode, model
 
 
 def measure_random(name: str, args) -> list[dict]:
@@ -130,12 +155,10 @@ def measure_random(name: str, args) -> list[dict]:
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import numpy as np  # pylint: disable=import-outside-toplevel
-  from t2t_jax import configs  # pylint: disable=import-outside-toplevel
   from t2t_jax.ids import EOS_ID  # pylint: disable=import-outside-toplevel
-  from t2t_jax.model import transformer as model
 
-  _, beam_decode = _driver()
-  cfg = configs.get_config(name)
+  _, beam_decode, model = _driver()
+  cfg = _config(name, args)
   if not cfg.share_embeddings:
     raise ValueError(f"config {name} has separate output embeddings; this benchmark zeroes "
                      "the shared one's EOS row")
@@ -163,6 +186,80 @@ def measure_random(name: str, args) -> list[dict]:
   return rows
 
 
+def _flax_wmt_modules(directory: str):
+  """The Flax WMT example's models.py and decode.py, imported from a checkout of it."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+  modules = []
+  for name in ("models", "decode"):
+    path = pathlib.Path(directory) / f"{name}.py"
+    if not path.is_file():
+      raise FileNotFoundError(f"--flax_wmt={directory} has no {name}.py: give the examples/wmt "
+                              "folder of a Flax checkout (git clone https://github.com/google/flax)")
+    spec = importlib.util.spec_from_file_location(f"flax_wmt_{name}", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    modules.append(module)
+  return modules
+
+
+def measure_flax_wmt(name: str, args) -> dict:
+  """The Flax WMT example's model and beam search (its train.py's predict_step) at our config's size.
+
+  Random parameters (its own initialisers), the same random source ids as
+  `measure_random`, beam `beam_size`, alpha 0.6; EOS is switched off (eos_id -1)
+  and its cache holds output_len + 1 positions (its first is the dummy start), so
+  every hypothesis decodes exactly `output_len` tokens, as ours do.
+  """
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from t2t_jax.ids import EOS_ID  # pylint: disable=import-outside-toplevel
+
+  models, decode = _flax_wmt_modules(args.flax_wmt)
+  cfg = _config(name, args)
+  predict_config = models.TransformerConfig(
+      vocab_size=cfg.vocab_size, output_vocab_size=cfg.vocab_size,
+      share_embeddings=cfg.share_embeddings, logits_via_embedding=cfg.share_embeddings,
+      emb_dim=cfg.d_model, num_heads=cfg.num_heads, num_layers=cfg.num_layers,
+      qkv_dim=cfg.d_model, mlp_dim=cfg.d_ff, max_len=cfg.max_len, deterministic=True,
+      decode=True)
+  rng = np.random.default_rng(0)
+  inputs = rng.integers(3, cfg.vocab_size, size=(args.sentences, args.source_len))
+  inputs[:, -1] = EOS_ID
+  inputs = jnp.asarray(inputs, jnp.int32)
+  max_decode_len = args.output_len + 1
+  eval_model = models.Transformer(predict_config.replace(decode=False))
+  params = jax.jit(eval_model.init)(jax.random.key(0), inputs, inputs)["params"]
+  cache = jax.jit(models.Transformer(predict_config).init)(
+      jax.random.key(0), inputs, jnp.ones((args.sentences, max_decode_len), jnp.int32))["cache"]
+
+  @jax.jit
+  def predict(params, inputs, cache):  # examples/wmt/train.py's predict_step, eos_id off
+    model = models.Transformer(predict_config)
+    encoded = decode.flat_batch_beam_expand(
+        model.apply({"params": params}, inputs, method=models.Transformer.encode), args.beam_size)
+    raw_inputs = decode.flat_batch_beam_expand(inputs, args.beam_size)
+
+    def tokens_ids_to_logits(flat_ids, flat_cache):
+      logits, new_vars = model.apply({"params": params, "cache": flat_cache}, encoded,
+                                     raw_inputs, flat_ids, mutable=["cache"],
+                                     method=models.Transformer.decode)
+      return logits.squeeze(axis=1), new_vars["cache"]
+
+    seqs, _ = decode.beam_search(inputs, cache, tokens_ids_to_logits, beam_size=args.beam_size,
+                                 alpha=0.6, eos_id=-1, max_decode_len=max_decode_len)
+    return seqs[:, -1, 1:]
+
+  first, best, tokens = _timed(lambda: jax.block_until_ready(predict(params, inputs, cache)),
+                               args.repeats)
+  if tokens.shape != (args.sentences, args.output_len):
+    raise RuntimeError(f"the Flax example decoded {tokens.shape} tokens, not "
+                       f"{(args.sentences, args.output_len)}")
+  return {"config": name, "decoding": "flax wmt", "compile_s": first, "run_s": best,
+          "sentences_per_s": args.sentences / best,
+          "tokens_per_s": args.sentences * args.output_len / best}
+
+
 def measure_testset(args) -> list[dict]:
   """The work directory's test set: one cold pass, then the best of `repeats` warm ones."""
   import numpy as np  # pylint: disable=import-outside-toplevel
@@ -185,7 +282,7 @@ def measure_testset(args) -> list[dict]:
   references = read_lines(data / f"test.{cfg.target_lang}")
   params = averaging.load_params(workdir)
   ids = [tokenizer.encode(line)[:-1][:cfg.max_len - 1] for line in sources]
-  decode_ids, _ = _driver()
+  decode_ids, _, _ = _driver()
   first, best, outputs = _timed(lambda: decode_ids(cfg, params, ids), args.repeats)
   hyps = [tokenizer.decode(out) for out in outputs]
   bleu = evaluate.bleu_scores(hyps, references, cfg.target_lang)["sacrebleu"]["score"]
@@ -212,7 +309,12 @@ HEADER = (f"{'config':16} {'decoding':9} {'compile+run s':>13} {'run s':>8} {'se
 
 def _measure(args) -> list[dict]:
   if args.mode == "random":
-    return [row for name in args.configs.split(",") for row in measure_random(name, args)]
+    rows = []
+    for name in args.configs.split(","):
+      rows += measure_random(name, args)
+      if args.flax_wmt:
+        rows.append(measure_flax_wmt(name, args))
+    return rows
   return measure_testset(args)
 
 
@@ -273,12 +375,18 @@ def main() -> None:
   parser.add_argument("--uncached", action=argparse.BooleanOptionalAction, default=False)
   parser.add_argument("--workdir", help="testset (default runs/demo) and --ctranslate2: a trained "
                       "work directory")
+  parser.add_argument("--flax_wmt", default=os.environ.get("FLAX_WMT"),
+                      help="random: also the Flax WMT example's beam search on a model of the "
+                      "same size; the examples/wmt folder of a Flax checkout (default: $FLAX_WMT)")
   parser.add_argument("--compare", default=None, help="an old checkout to run interleaved")
   parser.add_argument("--rounds", type=int, default=3)
   parser.add_argument("--ctranslate2", action="store_true",
                       help="ours beside CTranslate2 float32 and int8 (see the docstring)")
   parser.add_argument("--batch_size", type=int, default=64,
                       help="--ctranslate2 --workdir: sentences per batch in both engines")
+  parser.add_argument("--smoke", action="store_true",
+                      help="random, --ctranslate2: a toy model (1 layer, 32 wide, 64 words), to "
+                      "check that the script runs")
   parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.sentences is None:
@@ -299,10 +407,11 @@ def main() -> None:
           f"tokens each, buffer {args.source_len + args.extra}, beam {args.beam_size}")
   if args.compare:
     settings = ("configs", "sentences", "source_len", "output_len", "extra", "beam_size",
-                "repeats", "workdir")
+                "repeats", "workdir", "flax_wmt")
     argv = [args.mode] + [f"--{name}={getattr(args, name)}" for name in settings
                           if getattr(args, name) is not None]
-    _compare(args, argv + ["--uncached" if args.uncached else "--no-uncached"])
+    _compare(args, argv + ["--uncached" if args.uncached else "--no-uncached"]
+             + ["--smoke"] * args.smoke)
     return
   print(HEADER)
   rows = _measure(args)
@@ -311,6 +420,9 @@ def main() -> None:
   for r in rows:
     by_config.setdefault(r["config"], {})[r["decoding"]] = r
   for name, pair in by_config.items():
+    if "flax wmt" in pair:
+      print(f"{name}: ours is {pair['flax wmt']['run_s'] / pair['cached']['run_s']:.2f}x the "
+            "Flax WMT example's beam search")
     if "uncached" in pair:
       same = pair["cached"]["tokens"] == pair["uncached"]["tokens"]
       print(f"{name}: the cache is {pair['uncached']['run_s'] / pair['cached']['run_s']:.1f}x "
@@ -329,9 +441,10 @@ def _jitted_search():
 
   @functools.partial(jax.jit, static_argnames=("cfg", "beam_size", "output_len", "cached"))
   def search(params, inputs, *, cfg, beam_size, output_len, cached):
-    if cached:
+    if cached:  # as decoding/ensemble.py binds one model: vocabulary-major logits
       cache = model.init_cache(cfg.model, params, inputs, output_len)
-      step_fn = functools.partial(model.decode_step, cfg.model, params)
+      step_fn = functools.partial(model.decode_step, cfg.model, params,
+                                  logits_layout="vocab_major")
     else:
       cache, step_fn = uncached.uncached_decoder(cfg.model, params, inputs, output_len)
     # eos_id=-1 never matches a token: every hypothesis decodes output_len tokens.
@@ -415,10 +528,9 @@ def _random_workload(args):
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import numpy as np  # pylint: disable=import-outside-toplevel
-  from t2t_jax import configs  # pylint: disable=import-outside-toplevel
   from t2t_jax.ids import EOS_ID  # pylint: disable=import-outside-toplevel
   from t2t_jax.model import transformer as model
-  cfg = configs.get_config(args.configs.split(",")[0])
+  cfg = _config(args.configs.split(",")[0], args)
   params = jax.jit(functools.partial(model.init_params, cfg.model))(jax.random.key(0))
   params = jax.device_get(params)
   rng = np.random.default_rng(0)

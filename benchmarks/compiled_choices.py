@@ -2,6 +2,7 @@
 
     python benchmarks/compiled_choices.py [--targets=h100,v5p-8] [--layers=2] [--rows=16]
                                           [--choices=dropout,attention,packing,decode,topk]
+                                          [--smoke]
 
 Nothing runs: each variant's program is compiled for the target on this host
 (accelerators/aot.py) and compared by what the compiler says. TPU: XLA's cost
@@ -9,7 +10,9 @@ model time (`optimal_seconds`). GPU: FLOPs, bytes accessed and peak memory of
 the optimized program, and the roofline time predict.py derives from them.
 Prints a Markdown table for docs/benchmarks.md ("compiler predictions").
 Reduced model (--layers, base width, 8000-word vocabulary) so that the TPU
-compiles take a minute, not four.
+compiles take a minute, not four. `--smoke`: every program at a toy size (64 wide,
+one layer, rows of 32, 512 words), to check that the script runs; its figures
+mean nothing.
 """
 
 from __future__ import annotations
@@ -60,6 +63,7 @@ def main() -> None:
   parser.add_argument("--rows", type=int, default=16)
   parser.add_argument("--choices", default=",".join(CHOICES),
                       help="which comparisons to compile (a TPU train compile takes minutes)")
+  parser.add_argument("--smoke", action="store_true", help="toy sizes: does the script run?")
   args = parser.parse_args()
   choices = args.choices.split(",")
   unknown = set(choices) - set(CHOICES)
@@ -67,6 +71,14 @@ def main() -> None:
     parser.error(f"unknown --choices {sorted(unknown)}; choose from {','.join(CHOICES)}")
   cfg = configs.get_config("base", num_layers=args.layers, vocab_size=8000, dtype="bfloat16")
   length = 256
+  # The decode step at full size (6 layers, 37000 words), 64 sentences of 64 ids.
+  decode_cfg = cfg.replace(num_layers=6, vocab_size=37000)
+  decode_shape = dict(sentences=64, source_length=64, max_decode_len=114)
+  top_k_rows, top_k_vocab = 256, 37000
+  if args.smoke:
+    cfg = cfg.replace(num_layers=1, d_model=64, d_ff=128, num_heads=2, vocab_size=512)
+    length, decode_cfg, top_k_rows, top_k_vocab = 32, cfg, 4, 2000
+    decode_shape = dict(sentences=2, source_length=8, max_decode_len=12)
   print("| target | choice | variant | predicted ms | GFLOP | GB accessed | peak GiB |")
   print("|---|---|---|---|---|---|---|")
   for target in map(targets.get, args.targets.split(",")):
@@ -89,20 +101,18 @@ def main() -> None:
                    cudnn_flops(p)), flush=True)
     if "decode" in choices:
       for variant in ("vocab_major", "row_major"):
-        p = aot.compile_decode_step(cfg.replace(num_layers=6, vocab_size=37000), target,
-                                    sentences=64, source_length=64, max_decode_len=114,
-                                    logits_layout=variant)
-        print(_row(target, "decode step logits (64 x beam 4)", variant.replace("_", "-"), p),
-              flush=True)
+        p = aot.compile_decode_step(decode_cfg, target, **decode_shape, logits_layout=variant)
+        print(_row(target, f"decode step logits ({decode_shape['sentences']} x beam 4)",
+                   variant.replace("_", "-"), p), flush=True)
     if "topk" in choices:
       for variant, fn in (("blocked", lambda x: topk.blocked_top_k(x, 8)),
                           ("lax.top_k", lambda x: jax.lax.top_k(x, 8))):
-        print(_row(target, "top-k 8 of 37000, 256 rows", variant,
-                   _top_k_program(target, fn, 256, 37000)), flush=True)
+        print(_row(target, f"top-k 8 of {top_k_vocab}, {top_k_rows} rows", variant,
+                   _top_k_program(target, fn, top_k_rows, top_k_vocab)), flush=True)
       for variant, fn in (("blocked", lambda x: topk.blocked_top_k_columns(x, 8)),
                           ("lax.top_k(x.T)", lambda x: jax.lax.top_k(x.T, 8))):
-        print(_row(target, "top-k 8 of 37000, 256 vocabulary-major columns", variant,
-                   _top_k_program(target, fn, 37000, 256)), flush=True)
+        print(_row(target, f"top-k 8 of {top_k_vocab}, {top_k_rows} vocabulary-major columns",
+                   variant, _top_k_program(target, fn, top_k_vocab, top_k_rows)), flush=True)
 
 
 if __name__ == "__main__":

@@ -2,6 +2,7 @@
 
     python benchmarks/mfu_breakdown.py [--target=v5p-8] [--rows=100] [--presets=base,big]
     python benchmarks/mfu_breakdown.py --ops [--target=v5p-8] [--rows=100] [--vocab=8000]
+    ... --smoke   # toy sizes: does the script run? (figures meaningless)
 
 Compiles the packed bf16 training step with 1 and 2 layers (full width, the
 given rows of 256 tokens per device) for the target and splits the compiler's
@@ -99,18 +100,23 @@ def main() -> None:
   parser.add_argument("--ops", action="store_true",
                       help="per-operation split of one layer pair (TPU cost model cycles)")
   parser.add_argument("--vocab", type=int, default=None, help="--ops: vocabulary size")
+  parser.add_argument("--smoke", action="store_true",
+                      help="toy sizes (64 wide, 512 words, rows of 32): does the script run?")
   args = parser.parse_args()
   target, length = targets.get(args.target), 256
+  toy = {}
+  if args.smoke:
+    length, toy = 32, dict(d_model=64, d_ff=128, num_heads=2, vocab_size=512)
   if args.ops:
     for preset in args.presets.split(","):
-      overrides = {"vocab_size": args.vocab} if args.vocab else {}
+      overrides = {**toy, **({"vocab_size": args.vocab} if args.vocab else {})}
       print_ops(target, configs.get_config(preset, dtype="bfloat16", **overrides),
                 args.rows, length)
     return
   print("| target | model | part | predicted ms | share of step | part MFU |")
   print("|---|---|---|---|---|---|")
   for preset in args.presets.split(","):
-    cfg = configs.get_config(preset, dtype="bfloat16")
+    cfg = configs.get_config(preset, dtype="bfloat16", **toy)
     seconds = {}
     for n in (1, 2):
       small = cfg.replace(num_layers=n)
