@@ -106,7 +106,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         f"{e}: the serve extra is not installed: {extras.install('serve')}") from None
   compile_cache.enable()
   translator = inference.Translator(args.checkpoint or args.workdir, average=args.average,
-                                    **flags.search_overrides(args))
+                                    programs=True, **flags.search_overrides(args))
   max_batch = args.max_batch or translator.cfg.decode_batch_size
   engine = _engine(args, translator, max_batch)
   settings = engines.Settings(beam_size=translator.cfg.beam_size)

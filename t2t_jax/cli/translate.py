@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import contextlib
+import logging
 import pathlib
 import sys
 from typing import Any, BinaryIO, Iterator, Optional, Sequence
@@ -70,6 +71,8 @@ from t2t_jax.runtime import averaging
 from t2t_jax.runtime import compile_cache
 from t2t_jax.runtime import platform
 from t2t_jax.runtime import workdir as workdir_lib
+
+log = logging.getLogger(__name__)
 
 
 def _workdir_config(argv: Sequence[str]) -> Optional[configs.TransformerConfig]:
@@ -141,6 +144,13 @@ def _parser(cfg: Optional[configs.TransformerConfig] = None) -> argparse.Argumen
   speed.add_argument("--in_flight", type=int, default=in_flight.DEFAULT, metavar="N",
                      help=f"batches decoded at once (default {in_flight.DEFAULT}; 1: one at a "
                           "time)")
+  speed.add_argument("--programs", action=argparse.BooleanOptionalAction, default=True,
+                     help="load compiled decoding programs from WORKDIR/programs and store "
+                          "those compiled there (default; --no-programs: compile in memory only)")
+  speed.add_argument("--store_programs", action="store_true",
+                     help="compile the decoding programs of the default settings into "
+                          "WORKDIR/programs and exit (for a work directory trained before, or "
+                          "moved to another kind of machine)")
   speed.add_argument("--device", choices=platform.PLATFORMS,
                      help="compute on this kind of device (default: JAX's choice, an "
                           "accelerator when there is one)")
@@ -210,7 +220,14 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     platform.select(args.device)  # before anything runs on a device
   compile_cache.enable()  # before anything compiles; T2T_JAX_COMPILATION_CACHE=off disables
   translator = inference.Translator(args.workdir, average=args.average, ensemble=args.ensemble,
-                                    dtype=args.dtype, **_search_settings(args))
+                                    dtype=args.dtype, programs=args.programs or args.store_programs,
+                                    **_search_settings(args))
+  if args.store_programs:
+    count = translator.store_programs()
+    log.info("%d decoding programs in %s (%d loaded, %d compiled)", count,
+             translator.programs.directory, translator.programs.loaded,
+             translator.programs.compiled)
+    return
   alignments = (streaming.Alignments(args.alignment_layer, args.alignment_head)
                 if args.alignments else None)
   source = args.input or sys.stdin.buffer

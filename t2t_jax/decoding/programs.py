@@ -31,6 +31,7 @@ from t2t_jax.decoding import sampling
 from t2t_jax.decoding import search as search_lib
 from t2t_jax.decoding import uncached
 from t2t_jax.ids import PAD_ID
+from t2t_jax.runtime import stored_programs
 
 Array = jax.Array
 
@@ -84,30 +85,38 @@ def _run(params: tuple, state, *, models: tuple, alpha, until, n_best, min_len,
                               n_best=n_best, min_len=min_len)
 
 
+def _call(store: Optional[stored_programs.Store], fn, *args: Any, **static: Any):
+  """`fn(*args, **static)`, through the stored programs when given (runtime/stored_programs.py)."""
+  return fn(*args, **static) if store is None else store.call(fn, *args, **static)
+
+
 def _beam_decode(params: tuple, inputs: Array, max_lens: Array, *, models: tuple,
                  beam_size: int, alpha: float, max_len: int, n_best: int, min_len: int,
-                 cached: bool, every_chunk: bool = False) -> tuple[np.ndarray, np.ndarray]:
+                 cached: bool, every_chunk: bool = False,
+                 store: Optional[stored_programs.Store] = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
   """`beam_search` in chunks of growing cache length (`chunk_lengths`), each a program of its own.
 
   Stops after the chunk where every sentence has stopped, so the programs for
   longer caches are neither run nor compiled for batches that never need them
   (`every_chunk`: calls them all anyway, each returning at once once every
   sentence has stopped: compile_beam_programs). `models`: each member's
-  `ModelConfig`, `params` theirs.
+  `ModelConfig`, `params` theirs. `store`: where compiled programs are kept.
   """
   chunks = chunk_lengths(max_len)
   settings = dict(models=models, alpha=alpha, n_best=n_best, min_len=min_len, cached=cached)
-  state = _start(params, inputs, max_lens, beam_size=beam_size, max_len=max_len,
-                 until=chunks[0], **settings)
+  state = _call(store, _start, params, inputs, max_lens, beam_size=beam_size,
+                max_len=max_len, until=chunks[0], **settings)
   for until in chunks[1:]:    # each chunk runs to its end unless every sentence stopped
     if not every_chunk and np.asarray(state.sentence_done).all():
       break
-    state = _run(params, state, until=until, **settings)
+    state = _call(store, _run, params, state, until=until, **settings)
   return np.asarray(state.done_seqs)[:, :n_best], np.asarray(state.done_score)[:, :n_best]
 
 
 def compile_beam_programs(members: Sequence[ensemble.Member], rows: int, width: int,
-                          search: search_lib.Search) -> int:
+                          search: search_lib.Search,
+                          store: Optional[stored_programs.Store] = None) -> int:
   """Compiles (or reads from the compilation cache) every program that beam search over a
   batch [rows, width] with `search` may run, decoding almost nothing; returns how many.
 
@@ -115,7 +124,8 @@ def compile_beam_programs(members: Sequence[ensemble.Member], rows: int, width: 
   each later chunk's program (`chunk_lengths`) is then called on that stopped
   state, so it compiles but steps no further. The programs are the ones
   `decode_batch` calls for any batch of that shape: the output length and chunks
-  depend only on the width (`search.output_limits`), never on the ids.
+  depend only on the width (`search.output_limits`), never on the ids. `store`:
+  loaded from and stored there (runtime/stored_programs.py).
   """
   if search.sample:
     raise ValueError("compile_beam_programs compiles beam search; sampling has one program, "
@@ -124,10 +134,10 @@ def compile_beam_programs(members: Sequence[ensemble.Member], rows: int, width: 
   ensemble.check_compatible(members)
   inputs, max_len, max_lens = search_lib.checked_limits(
       np.full((rows, width), PAD_ID, np.int32), search, search_lib.max_positions(members))
-  _beam_decode(tuple(m.params for m in members), jnp.asarray(inputs), jnp.asarray(max_lens),
+  _beam_decode(tuple(m.params for m in members), *jax.device_put((inputs, max_lens)),
                models=tuple(m.cfg for m in members), beam_size=search.beam_size,
                alpha=float(search.alpha), max_len=max_len, n_best=search.n_best,
-               min_len=search.min_len, cached=True, every_chunk=True)
+               min_len=search.min_len, cached=True, every_chunk=True, store=store)
   return len(chunk_lengths(max_len))
 
 
@@ -148,8 +158,9 @@ def _sample(params: tuple, inputs: Array, max_lens: Array, keys: Array, *, model
 
 
 def decode_batch(members: Sequence[ensemble.Member], inputs: Any, search: search_lib.Search,
-                 ids: Optional[Sequence[int]] = None, *,
-                 cached: bool = True) -> tuple[np.ndarray, np.ndarray]:
+                 ids: Optional[Sequence[int]] = None, *, cached: bool = True,
+                 store: Optional[stored_programs.Store] = None
+                 ) -> tuple[np.ndarray, np.ndarray]:
   """`search.n_best` outputs for each row of `inputs` [batch, src] (EOS-terminated, 0-padded).
 
   `members`: one model or an ensemble. `ids` [batch] name the sentences for
@@ -159,6 +170,8 @@ def decode_batch(members: Sequence[ensemble.Member], inputs: Any, search: search
   step (decoding/uncached.py), the reference the cache is tested against. Returns
   NumPy tokens [batch, n, L] int32 (0 after EOS, L = the longest source + the
   extra, within every model's max_len) and scores [batch, n] float32, best first.
+  `store`: compiled programs loaded from there, and what is compiled stored
+  (runtime/stored_programs.py).
   """
   members = tuple(members)
   ensemble.check_compatible(members)
@@ -169,13 +182,14 @@ def decode_batch(members: Sequence[ensemble.Member], inputs: Any, search: search
   models = tuple(m.cfg for m in members)
   params = tuple(m.params for m in members)
   if not search.sample:
-    return _beam_decode(params, jnp.asarray(inputs), jnp.asarray(max_lens), models=models,
+    # device_put, not jnp.asarray: that compiles a copy program per shape.
+    return _beam_decode(params, *jax.device_put((inputs, max_lens)), models=models,
                         beam_size=search.beam_size, alpha=float(search.alpha), max_len=max_len,
-                        n_best=search.n_best, min_len=search.min_len, cached=cached)
+                        n_best=search.n_best, min_len=search.min_len, cached=cached, store=store)
   ids = np.arange(len(inputs)) if ids is None else np.asarray(ids)
   keys = sampling.row_keys(jax.random.key(search.seed), ids)           # [batch]
   keys = jax.vmap(lambda k: sampling.row_keys(k, np.arange(search.n_best)))(keys)
-  out = _sample(params, inputs, max_lens, keys, models=models, n=search.n_best,
-                temperature=float(search.temperature), top_k=search.top_k, max_len=max_len,
-                min_len=search.min_len)
+  out = _call(store, _sample, params, inputs, max_lens, keys, models=models, n=search.n_best,
+              temperature=float(search.temperature), top_k=search.top_k, max_len=max_len,
+              min_len=search.min_len)
   return np.asarray(out[0]), np.asarray(out[1])

@@ -44,6 +44,7 @@ from t2t_jax.decoding import search as search_lib
 from t2t_jax.ids import UNK_ID, strip_eos
 from t2t_jax.inference import long_inputs as long_inputs_lib
 from t2t_jax.inference import sentence_batches
+from t2t_jax.runtime import stored_programs
 
 log = logging.getLogger(__name__)
 
@@ -142,13 +143,14 @@ def _translate_batch(members: Sequence[ensemble.Member], tokenizer: vocab.Tokeni
                      indices: Sequence[int], sources: Sequence[list[int]],
                      words: Sequence[Optional[list[int]]], search: search_lib.Search,
                      batch_size: int, aligned: Optional[Alignments],
-                     shape: Optional[Shape]) -> list[list[Hypothesis]]:
+                     shape: Optional[Shape],
+                     store: Optional[stored_programs.Store]) -> list[list[Hypothesis]]:
   inputs = (shape(sources) if shape is not None
             else sentence_batches.source_rows(sources, batch_size,
                                               search_lib.max_positions(members)))
   ids = np.zeros(len(inputs), np.int64)
   ids[:len(indices)] = indices
-  tokens, scores = programs.decode_batch(members, inputs, search, ids=ids)
+  tokens, scores = programs.decode_batch(members, inputs, search, ids=ids, store=store)
   outputs = [[strip_eos(tokens[b, n]) for n in range(tokens.shape[1])]
              for b in range(len(sources))]
   if aligned is None:
@@ -169,14 +171,15 @@ def _translate_batch(members: Sequence[ensemble.Member], tokenizer: vocab.Tokeni
 def _translate_window(members, tokenizer, numbered: Sequence[tuple[int, str]], *,
                       search: search_lib.Search, batch_size: int, aligned: Optional[Alignments],
                       in_flight: int, warn: Callable[[str], None],
-                      shape: Optional[Shape]) -> list[Translation]:
+                      shape: Optional[Shape],
+                      store: Optional[stored_programs.Store]) -> list[Translation]:
   limit = search_lib.max_positions(members) - 1
   indices, lines = [index for index, _ in numbered], [line for _, line in numbered]
   encoded = [encode_line(tokenizer, line, limit, indices[k] + 1, warn, aligned is not None)
              for k, line in enumerate(lines)]
   translate = lambda chunk: _translate_batch(
       members, tokenizer, [indices[k] for k in chunk], [encoded[k][0] for k in chunk],
-      [encoded[k][1] for k in chunk], search, batch_size, aligned, shape)
+      [encoded[k][1] for k in chunk], search, batch_size, aligned, shape, store)
   lengths = [len(ids) for ids, _ in encoded]
   found = sentence_batches.by_length(translate, lengths, batch_size=batch_size,
                                      in_flight=in_flight,
@@ -192,7 +195,8 @@ def stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
            in_flight: int = in_flight_lib.DEFAULT,
            long_inputs: str = long_inputs_lib.DEFAULT, grouped: bool = False,
            warn: Callable[[str], None] = log.warning,
-           shape: Optional[Shape] = None) -> Iterator[Translation]:
+           shape: Optional[Shape] = None,
+           store: Optional[stored_programs.Store] = None) -> Iterator[Translation]:
   """One `Translation` per line of `lines`, in input order, `window` lines at a time.
 
   `window` (default 16 batches) bounds the lines held in memory; larger windows
@@ -204,6 +208,7 @@ def stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
   Settings are checked here; lines are read as the iterator is. `shape(sources)`
   makes a batch's id rows (default `sentence_batches.source_rows`): a server
   pads into the shapes it has compiled.
+  `store`: compiled decoding programs kept there (runtime/stored_programs.py).
   """
   members = tuple(members)
   if batch_size < 1:
@@ -221,7 +226,8 @@ def stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
   groups = lines if grouped else _windows(iter(lines), window)
   return fitted.join(_translate_groups(
       members, tokenizer, groups, window=window, fitted=fitted, search=search,
-      batch_size=batch_size, aligned=alignments, in_flight=in_flight, warn=warn, shape=shape))
+      batch_size=batch_size, aligned=alignments, in_flight=in_flight, warn=warn, shape=shape,
+      store=store))
 
 
 def _windows(lines: Iterator[str], window: int) -> Iterator[list[str]]:

@@ -35,13 +35,16 @@ import pathlib
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from t2t_jax import configs
+from t2t_jax.data import buckets
 from t2t_jax.data import vocab
 from t2t_jax.decoding import ensemble
 from t2t_jax.decoding import in_flight as in_flight_lib
+from t2t_jax.decoding import programs as programs_lib
 from t2t_jax.decoding import search as search_lib
 from t2t_jax.inference import long_inputs as long_inputs_lib
 from t2t_jax.inference import streaming
 from t2t_jax.runtime import averaging
+from t2t_jax.runtime import stored_programs
 from t2t_jax.runtime import workdir as workdir_lib
 
 log = logging.getLogger(__name__)
@@ -97,13 +100,17 @@ class Translator:
 
   def __init__(self, workdir: str | os.PathLike, average: bool = True,
                ensemble: Sequence[str | os.PathLike] = (), dtype: Optional[str] = None,
-               **overrides: Any):
+               programs: bool = False, **overrides: Any):
     """`workdir`: a work directory or a checkpoint in one; `ensemble`: more of them.
 
     `average`: a work directory's averaged params if present (else its latest
     checkpoint's). `dtype`: every model's compute dtype ("float32", "bfloat16";
     default: each config's). `overrides`: config fields to change for decoding,
     e.g. beam_size=1; the first model's config gives the decoding defaults.
+    `programs`: compiled decoding programs are loaded from the work directory's
+    `programs/` and what is compiled is stored there (`self.programs`,
+    `programs_directory`; runtime/stored_programs.py), else (the default)
+    compiled in each process.
     """
     same = {} if dtype is None else {"dtype": dtype}
     self.cfg, first, tokenizer = load_model(workdir, average, **overrides, **same)
@@ -112,21 +119,25 @@ class Translator:
       cfg, member, other = load_model(path, average, **same)
       _check_same_vocabulary(str(workdir), tokenizer, self.cfg, str(path), other, cfg)
       members.append(member)
-    self._hold(self.cfg, members, tokenizer)
+    store = stored_programs.Store(programs_directory(workdir)) if programs else None
+    self._hold(self.cfg, members, tokenizer, store)
 
   @classmethod
   def from_params(cls, cfg: configs.TransformerConfig, params: Params,
-                  tokenizer: vocab.Tokenizer) -> "Translator":
-    """One model already in memory (no work directory), e.g. a run's params after training."""
+                  tokenizer: vocab.Tokenizer,
+                  programs: Optional[stored_programs.Store] = None) -> "Translator":
+    """One model already in memory (no work directory), e.g. a run's params after training;
+    `programs`: a store of compiled decoding programs to load from and add to."""
     translator = cls.__new__(cls)
-    translator._hold(cfg, [ensemble.Member(cfg.model, params)], tokenizer)
+    translator._hold(cfg, [ensemble.Member(cfg.model, params)], tokenizer, programs)
     return translator
 
   def _hold(self, cfg: configs.TransformerConfig, members: list[ensemble.Member],
-            tokenizer: vocab.Tokenizer) -> None:
+            tokenizer: vocab.Tokenizer, programs: Optional[stored_programs.Store]) -> None:
     # The run config (not a member's model config) gives the decoding defaults.
     self.cfg, self.members, self.tokenizer = cfg, members, tokenizer
     self.params = members[0].params
+    self.programs = programs
 
   def translate(self, lines: Sequence[str], **settings: Any) -> list[str]:
     """The best translation of each line; `settings` as for `translate_stream`."""
@@ -170,4 +181,29 @@ class Translator:
         self.members, self.tokenizer, lines, search=search,
         batch_size=batch_size or self.cfg.decode_batch_size, window=window,
         alignments=alignments or None, in_flight=in_flight, long_inputs=long_inputs,
-        grouped=grouped, warn=warn, shape=shape)
+        grouped=grouped, warn=warn, shape=shape,
+        store=self.programs)
+
+  def store_programs(self, rows: Optional[Sequence[int]] = None,
+                     widths: Optional[Sequence[int]] = None) -> int:
+    """Compiles (or loads) the beam programs t2t-translate decodes with by default into
+    `self.programs`; returns how many programs.
+
+    Batches of `rows` sentences (default: `decode_batch_size`, which every
+    batch of a file but its last fills) of `widths` (default: every width the
+    models take), with the config's search settings
+    (`programs.compile_beam_programs`).
+    """
+    if self.programs is None:
+      raise ValueError("this Translator keeps no programs: make it with programs=True")
+    search = search_lib.Search.from_config(self.cfg)
+    limit = search_lib.max_positions(self.members)
+    widths = widths or sorted({min(buckets.bucket_length(n + 1), limit) for n in range(1, limit)})
+    return sum(programs_lib.compile_beam_programs(self.members, r, width, search, self.programs)
+               for r in rows or [self.cfg.decode_batch_size] for width in widths)
+
+
+def programs_directory(path: str | os.PathLike) -> pathlib.Path:
+  """Where the compiled programs of a work directory (or of the one a checkpoint is in) are
+  kept: WORKDIR/programs."""
+  return (averaging.checkpoint_workdir(path) or pathlib.Path(path)) / stored_programs.DIRECTORY

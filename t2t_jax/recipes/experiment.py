@@ -25,6 +25,7 @@ from t2t_jax.recipes import paper
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import lock
 from t2t_jax.runtime import multihost
+from t2t_jax.runtime import stored_programs
 from t2t_jax.runtime import workdir as workdir_lib
 from t2t_jax.train import trainer
 
@@ -35,7 +36,8 @@ def run(cfg: configs.TransformerConfig, workdir: str | os.PathLike,
         init_params: Any = None) -> dict[str, Any]:
   """Trains, averages the last `cfg.average_last` checkpoints, scores the test set.
 
-  Writes `workdir/results.json` and `workdir/test.hyp` and returns the results;
+  Writes `workdir/results.json`, `workdir/test.hyp` and the test decoding's
+  compiled programs (`workdir/programs`) and returns the results;
   without a test set (dataset "text" with no test_files) the BLEU scores are
   None and no test.hyp is written. `init_params` start a new run from given
   params (fine-tuning, recipes/finetune.py).
@@ -66,9 +68,16 @@ def _run(cfg: configs.TransformerConfig, workdir: pathlib.Path,
   params = averaging.average_checkpoints(workdir, last=cfg.average_last)
   names = ("sacrebleu", "sacrebleu_intl", "paper")
   if ds.test_sources():
+    # The test set's decoding programs stay in the work directory, so that
+    # t2t-translate and t2t-serve load them instead of compiling (also elsewhere,
+    # on a machine of this kind: runtime/stored_programs.py).
+    store = stored_programs.Store(workdir / stored_programs.DIRECTORY) if main else None
     scores = bleu_lib.decode_and_score(
         cfg, params, ds.tokenizer, ds.test_sources(), ds.test_references(),
-        workdir / "test.hyp" if main else None)
+        workdir / "test.hyp" if main else None, programs=store)
+    if store is not None:
+      log.info("%d decoding programs stored in %s (t2t-translate --store_programs adds the "
+               "other batch widths)", store.compiled, store.directory)
   else:
     log.info("No test set (config.test_files): test BLEU skipped")
     scores = {name: {"score": None, "signature": None} for name in names}

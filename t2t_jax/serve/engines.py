@@ -156,13 +156,15 @@ class JaxEngine:
 
     Every chunk of the search (`programs.chunk_lengths`) of each shape, so that no
     request pays a compilation; each program runs for a step at most
-    (`programs.compile_beam_programs`). Requests use each shape as soon as it is done.
+    (`programs.compile_beam_programs`), or is loaded from the translator's stored
+    programs (runtime/stored_programs.py). Requests use each shape as soon as it is done.
     """
     search = _search(self, settings)
     shapes = self.shapes(max_pieces)
     made = 0
     for shape in shapes[skip:None if count is None else skip + count]:
-      made += programs.compile_beam_programs(self.translator.members, *shape, search)
+      made += programs.compile_beam_programs(self.translator.members, *shape, search,
+                                             self.translator.programs)
       with self._compiled_lock:
         self._compiled.setdefault(settings, set()).add(shape)
       heap.release()   # the compiler's peak, freed but held by the C heap

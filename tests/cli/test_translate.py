@@ -28,6 +28,7 @@ from t2t_jax.decoding import programs
 from t2t_jax.ids import UNK_ID
 from t2t_jax.inference import bleu as evaluate
 from t2t_jax.inference import long_inputs
+from t2t_jax.inference import sentence_batches
 from t2t_jax.inference import streaming
 from t2t_jax.inference import translator as inference
 
@@ -306,3 +307,31 @@ def test_device_dtype_and_output_limits_reach_the_search(workdir, tmp_path, monk
     assert settings["max_len"] == np.ceil(inputs.shape[1] / 2) + 1
   with pytest.raises(SystemExit, match="error: no TPU found .JAX sees: cpu."):
     _run(workdir, tmp_path, "--device", "tpu")
+
+
+def test_stored_programs_are_loaded_not_compiled_and_translate_the_same(saved, tmp_path,
+                                                                        monkeypatch, caplog):
+  # Without the programs the other commands here stored in it.
+  wd = shutil.copytree(saved[0], tmp_path / "run", ignore=shutil.ignore_patterns("programs"))
+  lines = ["the dog sleeps", "a"]
+  reference = inference.Translator(wd)
+  expected = reference.translate(lines)
+  sources = [reference.tokenizer.encode(line)[:-1] for line in lines]
+  rows, width = sentence_batches.source_rows(sources, reference.cfg.decode_batch_size,
+                                             reference.cfg.max_len).shape
+  store_programs = inference.Translator.store_programs     # that shape's alone, to be quick
+  monkeypatch.setattr(inference.Translator, "store_programs",
+                      lambda self: store_programs(self, rows=[rows], widths=[width]))
+  caplog.set_level(logging.INFO)
+  translate.main(["--workdir", str(wd), "--store-programs"])
+  assert any("1 decoding programs" in r.getMessage() for r in caplog.records)
+  assert len(list((wd / "programs").rglob("*.bin"))) == 1
+  jax.clear_caches()
+  fresh = inference.Translator(wd, programs=True)     # as t2t-translate in a new process
+  assert fresh.translate(lines) == expected
+  assert (fresh.programs.compiled, fresh.programs.loaded) == (0, 1)
+  out = tmp_path / "out.txt"
+  (tmp_path / "in.txt").write_text("\n".join(lines) + "\n")
+  translate.main(["--workdir", str(wd), "--input", str(tmp_path / "in.txt"), "--output", str(out),
+                  "--no-programs"])
+  assert out.read_text().splitlines() == expected

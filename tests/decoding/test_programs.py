@@ -9,6 +9,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from jax import monitoring
 
 import tiny
 from formats import check_well_formed
@@ -18,6 +19,7 @@ from t2t_jax.decoding import ensemble
 from t2t_jax.decoding import programs
 from t2t_jax.decoding import search as search_lib
 from t2t_jax.model import transformer
+from t2t_jax.runtime import stored_programs
 
 TINY = tiny.TINY
 
@@ -132,3 +134,31 @@ def test_compile_beam_programs_leaves_nothing_to_compile_for_a_batch_of_its_shap
   tokens, _ = programs.decode_batch([member], inputs, search)
   assert (tokens[:, 0] != 0).sum(1).max() > 4       # the search ran past the chunks at 2 and 4
   assert [program._cache_size() for program in beam_programs] == compiled
+
+
+def test_stored_programs_decode_as_compiled_ones_and_are_loaded_not_compiled(member, tmp_path,
+                                                                            monkeypatch):
+  """What t2t-translate relies on: a new process loads every decoding program from the store."""
+  monkeypatch.setattr(programs, "chunk_lengths", lambda max_len: [2, 4, max_len])  # _run runs too
+  inputs = _inputs(4, [5, 2, 7])
+  beam = search_lib.Search.from_config(TINY, n_best=2)
+  sample = search_lib.Search.from_config(TINY, sample=True, n_best=2, seed=3)
+  expected = [programs.decode_batch([member], inputs, s) for s in (beam, sample)]
+  first = stored_programs.Store(tmp_path)
+  for search, (tokens, scores) in zip((beam, sample), expected):
+    got = programs.decode_batch([member], inputs, search, store=first)
+    np.testing.assert_array_equal(got[0], tokens)
+    np.testing.assert_allclose(got[1], scores, rtol=1e-6)
+  assert first.compiled == 4 and first.loaded == 0     # _start, _run twice, _sample
+  traced = []
+  monitoring.register_event_duration_secs_listener(
+      lambda event, duration, fun_name="", **kw: traced.append(fun_name)
+      if event == "/jax/core/compile/jaxpr_trace_duration" else None)
+  jax.clear_caches()
+  second = stored_programs.Store(tmp_path)               # as a new process would
+  for search, (tokens, scores) in zip((beam, sample), expected):
+    got = programs.decode_batch([member], inputs, search, store=second)
+    np.testing.assert_array_equal(got[0], tokens)
+    np.testing.assert_allclose(got[1], scores, rtol=1e-6)
+  assert (second.compiled, second.loaded) == (0, 4)
+  assert traced and not {"_start", "_run", "_sample"} & set(traced), traced

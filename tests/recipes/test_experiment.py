@@ -39,6 +39,7 @@ def test_demo_run_writes_results_then_resumes_and_refuses_a_changed_model(tmp_pa
   hyps = (tmp_path / "test.hyp").read_text().split("\n")[:-1]
   assert len(hyps) == 12
   assert '"sacrebleu"' in first.stdout
+  assert list((tmp_path / "programs").rglob("*.bin"))   # the test decoding's, for t2t-translate
 
   # Damaged outputs of the finished run: results.json and the averaged checkpoint are
   # written again (nothing reads them back), metrics.jsonl keeps its good lines.
