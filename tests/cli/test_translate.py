@@ -309,10 +309,10 @@ def test_device_dtype_and_output_limits_reach_the_search(workdir, tmp_path, monk
     _run(workdir, tmp_path, "--device", "tpu")
 
 
-def test_stored_programs_are_loaded_not_compiled_and_translate_the_same(saved, tmp_path,
+def test_stored_programs_are_loaded_not_compiled_and_translate_the_same(random_workdir, tmp_path,
                                                                         monkeypatch, caplog):
   # Without the programs the other commands here stored in it.
-  wd = shutil.copytree(saved[0], tmp_path / "run", ignore=shutil.ignore_patterns("programs"))
+  wd = shutil.copytree(random_workdir[0], tmp_path / "run", ignore=shutil.ignore_patterns("programs"))
   lines = ["the dog sleeps", "a"]
   reference = inference.Translator(wd)
   expected = reference.translate(lines)
