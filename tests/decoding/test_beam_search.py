@@ -1,4 +1,4 @@
-"""Beam search against brute force on toy step functions (no model); the cache's wrappers."""
+"""Beam search against brute force on toy step functions (no model)."""
 
 import ast
 import functools
@@ -13,7 +13,6 @@ import pytest
 from formats import check_well_formed
 from t2t_jax.decoding import beam_search
 from t2t_jax.ids import EOS_ID, PAD_ID, strip_eos
-from t2t_jax.model import decode_cache
 from t2t_jax.model.logits import NEG_INF
 
 STATES = 97  # hidden states of the toy step function
@@ -237,49 +236,3 @@ def test_two_stage_top_k_equals_one_top_k_over_beam_times_vocab():
     np.testing.assert_array_equal(top_log_prob, want_log_prob)
     np.testing.assert_array_equal(top_beam, want_index // vocab)
     np.testing.assert_array_equal(top_token, want_index % vocab)
-
-
-def test_cache_wrappers_tile_reorder_and_resize_only_their_parts():
-  batch, r = 2, 3
-  per_row = jnp.arange(batch * 4.0).reshape(batch, 4)
-  positions = jnp.arange(batch * 5.0).reshape(batch, 1, 5)          # position axis 2
-  shared = jnp.array([[7.0], [8.0]])
-  one = {"row": per_row, "self": decode_cache.Positions([positions], axis=2),
-         "sentence": decode_cache.PerSentence({"cross": shared})}
-  cache = [one, one]                                                  # an ensemble's caches
-  tiled = decode_cache.tile(cache, r)
-  for c in tiled:
-    np.testing.assert_array_equal(c["row"], np.repeat(per_row, r, 0))
-    np.testing.assert_array_equal(c["self"].value[0], np.repeat(positions, r, 0))
-    assert c["sentence"].value["cross"] is shared
-  rows = jnp.array([2, 0, 0, 5, 3, 4])
-  taken = decode_cache.take_rows(tiled, rows)
-  np.testing.assert_array_equal(taken[1]["row"], np.repeat(per_row, r, 0)[rows])
-  assert taken[1]["sentence"].value["cross"] is shared
-  # The reference path tiles and reorders the shared part too.
-  unshared = decode_cache.take_rows(decode_cache.tile(cache, r, shared=False), rows, shared=False)
-  np.testing.assert_array_equal(unshared[0]["sentence"].value["cross"], np.repeat(shared, r, 0)[rows])
-  assert decode_cache.position_length(tiled) == 5
-  short = decode_cache.resize(tiled, 2)
-  long = decode_cache.resize(short, 7)
-  assert decode_cache.position_length(long) == 7
-  np.testing.assert_array_equal(long[0]["self"].value[0][..., :2], tiled[0]["self"].value[0][..., :2])
-  np.testing.assert_array_equal(long[0]["self"].value[0][..., 2:], 0)
-  np.testing.assert_array_equal(long[0]["row"], tiled[0]["row"])
-  assert decode_cache.rows(cache) == batch and decode_cache.rows(tiled) == batch * r
-  assert decode_cache.rows({"s": decode_cache.PerSentence(shared)}) is None
-  # Unordered buffers are tiled and resized like Positions but never reordered
-  # (unless shared=False, where they are plain rows).
-  kept = {"u": decode_cache.Unordered(positions, axis=2), "row": per_row}
-  u_tiled = decode_cache.tile(kept, r)
-  np.testing.assert_array_equal(u_tiled["u"].value, np.repeat(positions, r, 0))
-  u_taken = decode_cache.take_rows(u_tiled, rows)
-  assert u_taken["u"].value is u_tiled["u"].value
-  np.testing.assert_array_equal(u_taken["row"], np.repeat(per_row, r, 0)[rows])
-  np.testing.assert_array_equal(decode_cache.take_rows(u_tiled, rows, shared=False)["u"].value,
-                                np.repeat(positions, r, 0)[rows])
-  assert decode_cache.rows(u_tiled) == batch * r
-  assert decode_cache.position_length(decode_cache.resize(u_tiled, 7)) == 7
-  assert decode_cache.position_length({"x": per_row}) is None
-  with pytest.raises(ValueError, match="different lengths"):
-    decode_cache.position_length([tiled[0], long[0]])

@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax.model import attention as attention_lib
+from attention_reference import numpy_attention, token_ids
 from t2t_jax.model import layers
 from t2t_jax.model import logits as logits_lib
 
@@ -14,39 +14,17 @@ _attention = jax.jit(layers.scaled_dot_product_attention,
                      static_argnames=("dropout_rate", "deterministic", "dtype"))
 
 
-def _np_attention(q, k, v, bias):
-  """Per-batch, per-head loops: the textbook formula, nothing shared with the code."""
-  batch, q_len, heads, d_k = q.shape
-  out = np.zeros((batch, q_len, heads, v.shape[-1]))
-  probs = np.zeros((batch, heads, q_len, k.shape[1]))
-  bias = np.broadcast_to(bias, probs.shape)
-  for b in range(batch):
-    for h in range(heads):
-      logits = q[b, :, h] @ k[b, :, h].T / np.sqrt(d_k) + bias[b, h]
-      e = np.exp(logits - logits.max(-1, keepdims=True))
-      probs[b, h] = e / e.sum(-1, keepdims=True)
-      out[b, :, h] = probs[b, h] @ v[b, :, h]
-  return out, probs
-
-
-def _ids(rng, batch, length, lengths):
-  ids = rng.integers(1, 9, (batch, length))
-  for b, n in enumerate(lengths):
-    ids[b, n:] = 0
-  return jnp.asarray(ids, jnp.int32)
-
-
 def test_attention_matches_numpy_with_masks_and_unequal_depths():
   rng = np.random.default_rng(0)
   batch, q_len, kv_len, heads, d_k, d_v = 2, 5, 6, 3, 4, 7
   q = rng.normal(size=(batch, q_len, heads, d_k)).astype(np.float32)
   k = rng.normal(size=(batch, kv_len, heads, d_k)).astype(np.float32)
   v = rng.normal(size=(batch, kv_len, heads, d_v)).astype(np.float32)
-  q_ids, kv_ids = _ids(rng, batch, q_len, [5, 3]), _ids(rng, batch, kv_len, [6, 2])
+  q_ids, kv_ids = token_ids(rng, batch, q_len, [5, 3]), token_ids(rng, batch, kv_len, [6, 2])
   mask = layers.padding_mask(q_ids, kv_ids) & layers.causal_mask(6)[:, :, :q_len, :kv_len]
   bias = layers.mask_to_bias(mask)
   out, probs = _attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), bias)
-  ref_out, ref_probs = _np_attention(q, k, v, np.asarray(bias))
+  ref_out, ref_probs = numpy_attention(q, k, v, np.asarray(bias))
   assert out.shape == (batch, q_len, heads, d_v) and probs.dtype == jnp.float32
   # Rows with nothing to attend to (padded queries) are checked separately: in
   # float64 the reference still sees the logits under the -1e9 bias.
@@ -133,35 +111,6 @@ def test_masks_match_brute_force():
     layers.local_mask(4, -1)
 
 
-def test_multi_head_attention_module_against_numpy():
-  rng = np.random.default_rng(2)
-  heads, d_k, d_v, d_model = 3, 4, 5, 6
-  mha = attention_lib.MultiHeadAttention(num_heads=heads, d_k=d_k, d_v=d_v, d_model=d_model)
-  xq = jnp.asarray(rng.normal(size=(2, 3, d_model)), jnp.float32)
-  xkv = jnp.asarray(rng.normal(size=(2, 4, d_model)), jnp.float32)
-  bias = layers.mask_to_bias(layers.padding_mask(_ids(rng, 2, 3, [3, 3]), _ids(rng, 2, 4, [4, 2])))
-  params = jax.jit(mha.init)(jax.random.key(0), xq, xkv, bias)["params"]
-  assert params["query"]["kernel"].shape == (d_model, heads, d_k)
-  assert params["value"]["kernel"].shape == (d_model, heads, d_v)
-  assert params["out"]["kernel"].shape == (heads, d_v, d_model)
-  out, state = jax.jit(lambda p: mha.apply({"params": p}, xq, xkv, bias,
-                                          mutable=["intermediates"]))(params)
-  p = jax.tree.map(np.asarray, params)
-  proj = lambda x, w: np.einsum("bld,dhk->blhk", np.asarray(x), w)
-  ref, ref_probs = _np_attention(proj(xq, p["query"]["kernel"]), proj(xkv, p["key"]["kernel"]),
-                                 proj(xkv, p["value"]["kernel"]), np.asarray(bias))
-  ref = np.einsum("blhk,hkd->bld", ref, p["out"]["kernel"])
-  np.testing.assert_allclose(out, ref, atol=1e-5)
-  (weights,) = state["intermediates"]["attention_weights"]
-  np.testing.assert_allclose(weights, ref_probs, atol=1e-6)
-  # Pre-projected keys/values (the decoding path) give the same output.
-  def via_kv(p):
-    kv = mha.apply({"params": p}, xkv, method=attention_lib.MultiHeadAttention.project_kv)
-    return mha.apply({"params": p}, xq, bias=bias, kv=kv)
-  out_kv = jax.jit(via_kv)(params)
-  np.testing.assert_allclose(out_kv, out, atol=1e-6)
-
-
 def test_feed_forward_against_numpy():
   rng = np.random.default_rng(3)
   ffn = layers.FeedForward(d_model=4, d_ff=6)
@@ -188,7 +137,7 @@ def test_segment_positions_and_mask_match_brute_force():
       want = segments[b, i] == kv_segments[b, j] != 0 and (not causal or j <= i)
       assert mask[b, 0, i, j] == want, (b, i, j, causal)
   # One sentence per row: the dense mask is the padding mask.
-  ids = _ids(np.random.default_rng(0), 2, 5, [5, 3])
+  ids = token_ids(np.random.default_rng(0), 2, 5, [5, 3])
   seg = layers.segment_ids(ids)
   np.testing.assert_array_equal(layers.Mask(seg, seg).dense(), layers.padding_mask(ids, ids))
 
@@ -210,7 +159,7 @@ def test_fused_attention_equals_the_reference_on_real_rows(packed, causal, imple
     segments = jnp.array([[1, 1, 1, 2, 2, 2, 2, 0], [1, 2, 3, 4, 0, 0, 0, 0],
                           [1, 1, 1, 1, 1, 1, 1, 1]], jnp.int32)
   else:
-    segments = layers.segment_ids(_ids(rng, 3, length, [8, 5, 1]))
+    segments = layers.segment_ids(token_ids(rng, 3, length, [8, 5, 1]))
   mask = layers.Mask(segments, segments, causal=causal, packed=packed)
   want, _ = _attention(q, k, v, layers.mask_to_bias(mask.dense()))
   got = jax.jit(layers.fused_attention, static_argnames=("implementation",))(
@@ -259,8 +208,8 @@ def test_attention_core_gradients_equal_autodiff_of_the_reference(dtype, tol, re
 def test_fused_cross_attention_with_different_lengths():
   rng = np.random.default_rng(8)
   q, k, v = _qkv(rng, 2, 5, 7)
-  q_seg = layers.segment_ids(_ids(rng, 2, 5, [5, 2]))
-  kv_seg = layers.segment_ids(_ids(rng, 2, 7, [3, 7]))
+  q_seg = layers.segment_ids(token_ids(rng, 2, 5, [5, 2]))
+  kv_seg = layers.segment_ids(token_ids(rng, 2, 7, [3, 7]))
   mask = layers.Mask(q_seg, kv_seg)
   want, _ = _attention(q, k, v, layers.mask_to_bias(mask.dense()))
   got = jax.jit(layers.fused_attention)(q, k, v, mask)
@@ -270,25 +219,3 @@ def test_fused_cross_attention_with_different_lengths():
     layers.fused_attention(q, k, v[..., :4], mask)
   with pytest.raises(ValueError, match="window"):
     layers.fused_attention(q, k, v, layers.Mask(q_seg, kv_seg, window=1))
-
-
-def test_module_uses_the_fused_path_only_where_it_applies():
-  rng = np.random.default_rng(9)
-  x = jnp.asarray(rng.normal(size=(2, 6, 8)), jnp.float32)
-  seg = layers.segment_ids(_ids(rng, 2, 6, [6, 4]))
-  mask = layers.Mask(seg, seg, causal=True)
-  make = lambda impl, **kw: attention_lib.MultiHeadAttention(num_heads=2, d_k=4, d_v=4, d_model=8,
-                                                      implementation=impl, **kw)
-  params = jax.jit(make("reference").init)(jax.random.key(0), x, bias=mask)["params"]
-  apply = lambda impl, **kw: jax.jit(lambda p: make(impl, **kw).apply(
-      {"params": p}, x, bias=mask, mutable=["intermediates"]))(params)
-  (ref, ref_state), (fused, fused_state) = apply("reference"), apply("fused")
-  real = np.asarray(seg) != 0
-  np.testing.assert_allclose(np.asarray(fused)[real], np.asarray(ref)[real], atol=1e-5)
-  # Collecting attention maps needs the probabilities: the reference path runs and sows them.
-  assert "attention_weights" in fused_state["intermediates"]
-  np.testing.assert_allclose(fused, ref, atol=1e-6)
-  # Without the intermediates collection the fused path runs: nothing sown, padded rows differ.
-  plain = jax.jit(lambda p: make("fused").apply({"params": p}, x, bias=mask))(params)
-  np.testing.assert_allclose(np.asarray(plain)[real], np.asarray(ref)[real], atol=1e-5)
-  assert not np.allclose(np.asarray(plain)[~real], np.asarray(ref)[~real])
