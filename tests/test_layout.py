@@ -11,13 +11,6 @@ PACKAGE = ROOT / "t2t_jax"
 EXCEPTIONS = {
     "data/demo_lexicon.py": "data only (the demo's words); tests/data/test_demo.py reads them "
                             "through the corpus",
-    "model/attention.py": "pending: being reworked (issue 34)",
-    "model/decode_cache.py": "pending: being reworked (issue 34)",
-    "model/logits.py": "pending: being reworked (issue 34)",
-    "model/step_attention.py": "pending: being reworked (issue 34)",
-    "errors.py": "pending: new in issue 34",
-    "model/encoder_decoder.py": "pending: new in issue 34",
-    "runtime/extras.py": "pending: new in issue 34",
 }
 
 
