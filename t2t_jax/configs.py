@@ -368,14 +368,12 @@ PRESETS: dict[str, dict[str, Any]] = {
     # decoding with beam 21, alpha 0.3, max length input + 300.
     "parsing": dict(num_layers=4, d_model=1024, vocab_size=16000, beam_size=21,
                     alpha=0.3, max_decode_extra=300, max_len=1024),
-    # Small enough to train on the generated corpus in minutes on a 2-core CPU. Measured
-    # there (README "Results"): learning_rate_scale 2.0 left the model ignoring the source
-    # at step 800 (dev accuracy 0.46), 0.5 learns it. Dropout is off: the corpus is
+    # Small enough to train on the generated corpus in minutes on a 2-core CPU (each
+    # choice measured there: docs/benchmarks.md, "The demo preset's settings"). A higher
+    # learning rate left the model ignoring the source. Dropout is off: the corpus is
     # deterministic and the run sees each pair about once, so there is nothing to
-    # regularise and dropout only slowed learning (train accuracy at step 500: 0.71
-    # without dropout and warmup 200, 0.53 with dropout 0.1 and warmup 300). 2048-token
-    # batches make more updates in the same minutes; as two micro-steps side by side
-    # (unrolled) they run 1.06x faster on 2 CPU cores than as one (docs/benchmarks.md).
+    # regularise and dropout only slowed learning. 2048-token batches make more updates
+    # in the same minutes, as two micro-steps side by side (unrolled), which run faster.
     "demo": dict(dataset="demo", vocab_size=1000, num_layers=3, d_model=128, d_ff=512,
                  num_heads=4, dropout_rate=0.0, max_len=128, max_source_length=64,
                  max_target_length=64, tokens_per_batch=2048, max_tokens_per_device=1024,

@@ -5,7 +5,7 @@ model is about a hundred, most of them too small to split across cores), and
 between chunks of steps it waits for the host. On a CPU the busy time of all
 threads of one batch's trace adds up to its wall time: one core idles. Two
 batches decoded from two threads fill that core and those waits: the demo test
-set decodes 1.6-1.7x faster on 2 cores (docs/benchmarks.md). Each batch is still
+set decodes faster on 2 cores (docs/benchmarks.md). Each batch is still
 decoded alone by the same programs, so no output changes.
 
 Batches start costliest first (`cost`): a test set sorted by length ends with

@@ -11,7 +11,7 @@ order, go through the exact top-k.
 `top_k` and `top_k_columns` choose by the platform the program is compiled for
 (`lax.platform_dependent`, so a program built here for a TPU gets the TPU's
 choice): on a TPU `jax.lax.top_k` itself, which XLA's TPU cost model predicts
-14x faster than the blocked one over 256 x 37000 (docs/benchmarks.md, "compiler
+faster than the blocked one over 256 x 37000 (docs/benchmarks.md, "compiler
 predictions"); elsewhere the blocked one.
 """
 

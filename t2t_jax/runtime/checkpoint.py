@@ -37,6 +37,7 @@ import orbax.checkpoint as ocp
 
 from t2t_jax import configs
 from t2t_jax.runtime import multihost
+from t2t_jax.runtime import read_failures
 from t2t_jax.runtime.read_failures import (DAMAGED, INCOMPATIBLE, UNREADABLE, classify, culprit,
                                            describe)
 
@@ -141,19 +142,6 @@ def _set_aside(path: pathlib.Path) -> pathlib.Path:
   return target
 
 
-@dataclasses.dataclass(frozen=True)
-class _Failure:
-  """Why one step did not restore, as every process agrees on it (JSON-able fields)."""
-  kind: str
-  file: str
-  cause: str
-  attempts: int
-  process: Optional[int] = None  # set in a multi-process run
-
-  def where(self) -> str:
-    return "" if self.process is None else f"process {self.process}: "
-
-
 @dataclasses.dataclass
 class _Retention:
   """Orbax's preservation policy: the newest `keep` checkpoints, not counting interim ones.
@@ -181,22 +169,6 @@ def _is_interim(reader: ocp.CheckpointManager, step: int) -> bool:
     return bool(meta["meta"].get("interim"))
   except Exception:  # pylint: disable=broad-except
     return False  # a damaged or unreadable step: restore_latest deals with it
-
-
-def _pooled(name: str, failure: Optional[_Failure]) -> Optional[_Failure]:
-  """Every process's outcome pooled into one, the same on every process.
-
-  None when every process restored; else the failure that weighs most (a read
-  that failed now, then an incompatible state, then damage), the lowest process first.
-  """
-  mine = json.dumps(None if failure is None else dataclasses.asdict(failure))
-  outcomes = [json.loads(text) for text in multihost.gather(name, mine)]
-  failures = [(i, f) for i, f in enumerate(outcomes) if f is not None]
-  if not failures:
-    return None
-  weight = {UNREADABLE: 0, INCOMPATIBLE: 1, DAMAGED: 2}
-  process, worst = min(failures, key=lambda f: (weight[f[1]["kind"]], f[0]))
-  return _Failure(**{**worst, "process": process if len(outcomes) > 1 else None})
 
 
 class Checkpointer:
@@ -308,7 +280,7 @@ class Checkpointer:
       raise self._write_error from None
 
   def _read(self, reader: ocp.CheckpointManager, step: int, target: PyTree
-            ) -> tuple[Optional[tuple[PyTree, dict]], Optional[_Failure]]:
+            ) -> tuple[Optional[tuple[PyTree, dict]], Optional[read_failures.Failure]]:
     """(state, extras) of `step`, or why it failed; a failed read is tried again."""
     attempt = 0
     while True:
@@ -328,7 +300,7 @@ class Checkpointer:
                       step, describe(e), delay)
           self._sleep(delay)
           continue
-        return None, _Failure(kind, culprit(e, step_dir), describe(e), attempt)
+        return None, read_failures.Failure(kind, culprit(e, step_dir), describe(e), attempt)
 
   def restore_latest(self, target_state: PyTree) -> Optional[tuple[PyTree, dict]]:
     """The newest checkpoint that restores, as (state, extras); None when there is none.
@@ -351,11 +323,11 @@ class Checkpointer:
     if not steps:
       return None
     target = _abstract(target_state)
-    damaged: list[tuple[int, _Failure]] = []
+    damaged: list[tuple[int, read_failures.Failure]] = []
     with read_manager(self.directory, ocp.StandardCheckpointHandler) as reader:
       for step in steps:
         restored, failure = self._read(reader, step, target)
-        failure = _pooled(f"restore/{step}", failure)
+        failure = read_failures.pooled(f"restore/{step}", failure)
         if failure is None:
           if damaged:
             self._set_aside(damaged, step)
@@ -377,7 +349,7 @@ class Checkpointer:
         f"every checkpoint in {self.directory} is damaged ({details}); nothing was moved. "
         "Delete them to start again, or use a new workdir")
 
-  def _set_aside(self, damaged: Sequence[tuple[int, _Failure]], step: int) -> None:
+  def _set_aside(self, damaged: Sequence[tuple[int, read_failures.Failure]], step: int) -> None:
     """Renames the newer, damaged checkpoints (process 0 does), then reloads."""
     if multihost.is_main():
       for bad_step, failure in damaged:

@@ -9,11 +9,14 @@ come from Python's exception types, errno and tensorstore's status codes.
 from __future__ import annotations
 
 import concurrent.futures
+import dataclasses
 import errno
 import json
 import pathlib
 import re
-from typing import Iterator
+from typing import Iterator, Optional
+
+from t2t_jax.runtime import multihost
 
 
 def describe(error: BaseException) -> str:
@@ -86,3 +89,32 @@ def culprit(error: BaseException, step_dir: pathlib.Path) -> str:
     if files:
       return files[-1]
   return str(step_dir)
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+  """Why one step did not restore, as every process agrees on it (JSON-able fields)."""
+  kind: str
+  file: str
+  cause: str
+  attempts: int
+  process: Optional[int] = None  # set in a multi-process run
+
+  def where(self) -> str:
+    return "" if self.process is None else f"process {self.process}: "
+
+
+def pooled(name: str, failure: Optional[Failure]) -> Optional[Failure]:
+  """Every process's outcome pooled into one, the same on every process.
+
+  None when every process restored; else the failure that weighs most (a read
+  that failed now, then an incompatible state, then damage), the lowest process first.
+  """
+  mine = json.dumps(None if failure is None else dataclasses.asdict(failure))
+  outcomes = [json.loads(text) for text in multihost.gather(name, mine)]
+  failures = [(i, f) for i, f in enumerate(outcomes) if f is not None]
+  if not failures:
+    return None
+  weight = {UNREADABLE: 0, INCOMPATIBLE: 1, DAMAGED: 2}
+  process, worst = min(failures, key=lambda f: (weight[f[1]["kind"]], f[0]))
+  return Failure(**{**worst, "process": process if len(outcomes) > 1 else None})

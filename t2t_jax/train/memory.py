@@ -175,3 +175,20 @@ def _fit_tokens(cfg: TransformerConfig, num_global_devices: int, length: int, pa
            limit / GiB, device.device_kind, fit.rows, length, 100 * cfg.memory_margin,
            fit.max_tokens_per_device, fit.accum_steps)
   return fit.max_tokens_per_device
+
+
+class DeviceMemoryError(MemoryError):
+  """A training or eval step needed more device memory than there is; says what to lower."""
+
+
+def out_of_memory_message(cfg: TransformerConfig, error: BaseException) -> str:
+  """One line: what ran out, and the setting to lower with a value to try."""
+  what = str(error).strip().splitlines()[0][:200]
+  now = cfg.max_tokens_per_device
+  if now is None:
+    advice = "set --config.max_tokens_per_device to fewer tokens per device"
+  else:
+    advice = (f"lower --config.max_tokens_per_device (now {now}; try {max(now // 2, 1)}: "
+              f"each update still holds tokens_per_batch={cfg.tokens_per_batch} tokens, "
+              "in more accumulation steps)")
+  return f"out of device memory ({what}); {advice}"

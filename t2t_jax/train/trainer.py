@@ -90,23 +90,6 @@ class _Window:
     self.learning_rate = metrics["learning_rate"]
 
 
-class DeviceMemoryError(MemoryError):
-  """A training or eval step needed more device memory than there is; says what to lower."""
-
-
-def out_of_memory_message(cfg: TransformerConfig, error: BaseException) -> str:
-  """One line: what ran out, and the setting to lower with a value to try."""
-  what = str(error).strip().splitlines()[0][:200]
-  now = cfg.max_tokens_per_device
-  if now is None:
-    advice = "set --config.max_tokens_per_device to fewer tokens per device"
-  else:
-    advice = (f"lower --config.max_tokens_per_device (now {now}; try {max(now // 2, 1)}: "
-              f"each update still holds tokens_per_batch={cfg.tokens_per_batch} tokens, "
-              "in more accumulation steps)")
-  return f"out of device memory ({what}); {advice}"
-
-
 class Trainer:
   """One training run in a work directory, ready to `run()` once constructed.
 
@@ -294,7 +277,7 @@ class Trainer:
     except jax.errors.JaxRuntimeError as e:
       if "RESOURCE_EXHAUSTED" not in str(e):
         raise
-      raise DeviceMemoryError(out_of_memory_message(self.cfg, e)) from None
+      raise memory.DeviceMemoryError(memory.out_of_memory_message(self.cfg, e)) from None
     finally:
       bar.close()
 

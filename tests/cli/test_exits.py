@@ -12,7 +12,7 @@ from t2t_jax.cli import exits
 from t2t_jax.runtime import extras
 from t2t_jax.runtime import lock
 from t2t_jax.runtime import preemption
-from t2t_jax.train import trainer as train
+from t2t_jax.train import memory
 
 
 def test_command_turns_ordinary_errors_into_one_line_and_keeps_bugs(capsys):
@@ -55,7 +55,7 @@ def test_only_the_command_layer_ends_the_process():
 @pytest.mark.parametrize("error", [
     extras.MissingExtraError("the serve extra is not installed: pip install -e '.[serve]'"),
     lock.WorkdirBusyError("runs/demo is in use by pid 7 on host a"),
-    train.DeviceMemoryError("out of device memory (...); lower --config.max_tokens_per_device"),
+    memory.DeviceMemoryError("out of device memory (...); lower --config.max_tokens_per_device"),
     ValueError("checkpoint step 6 does not restore into the given state; use a new workdir"),
 ])
 def test_what_a_user_can_fix_is_one_line(error):

@@ -25,6 +25,7 @@ from t2t_jax.data import dataset as data
 from t2t_jax.data import demo
 from t2t_jax.runtime import checkpoint
 from t2t_jax.train import metrics_writer
+from t2t_jax.train import memory
 from t2t_jax.train import trainer as train
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
@@ -40,6 +41,7 @@ TINY = dict(vocab_size=1000, num_layers=1, d_model=32, d_ff=64, num_heads=2, dro
 _SCRIPT = """
 import json, shutil, sys
 from t2t_jax import configs
+from t2t_jax.train import memory
 from t2t_jax.train import trainer as train
 plan = json.loads(sys.argv[1])
 for i, run in enumerate(plan["runs"]):
@@ -157,7 +159,7 @@ def test_out_of_device_memory_names_the_setting_to_lower(tmp_path, corpus, monke
   with train.Trainer(cfg, workdir) as trainer:
     monkeypatch.setattr(trainer, "devices", dataclasses.replace(trainer.devices,
                                                                 train_step=exhausted))
-    with pytest.raises(train.DeviceMemoryError) as error:
+    with pytest.raises(memory.DeviceMemoryError) as error:
       trainer.run()
   now = cfg.max_tokens_per_device
   assert str(error.value) == (
