@@ -55,6 +55,8 @@ import jax
 import jaxlib
 from jax.experimental import serialize_executable
 
+from t2t_jax import errors
+
 log = logging.getLogger(__name__)
 
 # A work directory's programs: WORKDIR/programs/<platform>/.
@@ -250,7 +252,7 @@ class Store:
           raise
         # One that loads but fails to run (written by a broken serializer) is compiled.
         self._say_once("run", "A stored program failed on its first call (%s): compiling it",
-                       str(e).splitlines()[0])
+                       errors.one_line(e))
         self.loaded -= 1
         compiled = self._compile_and_save(key, lower)
         out = compiled(*args)

@@ -33,6 +33,7 @@ from starlette import exceptions as starlette_exceptions
 from starlette.concurrency import run_in_threadpool
 import uvicorn
 
+from t2t_jax import errors
 from t2t_jax.inference import streaming
 from t2t_jax.serve import batcher as batcher_lib
 from t2t_jax.serve import engines
@@ -234,7 +235,7 @@ def _warm_up(state: _State, warm_up: Optional[Callable[[], Any]],
     state.ready.set()
   except Exception as e:  # pylint: disable=broad-except  (reported by /health and each request)
     log.exception("warm-up failed")
-    state.failed = str(e).splitlines()[0] if str(e) else type(e).__name__
+    state.failed = errors.one_line(e)
     return
   try:
     if background is not None:

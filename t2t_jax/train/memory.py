@@ -23,6 +23,7 @@ from typing import Callable, Optional
 import jax
 import jax.numpy as jnp
 
+from t2t_jax import errors
 from t2t_jax.configs import TransformerConfig
 from t2t_jax.runtime import multihost
 from t2t_jax.train import optim
@@ -183,7 +184,7 @@ class DeviceMemoryError(MemoryError):
 
 def out_of_memory_message(cfg: TransformerConfig, error: BaseException) -> str:
   """One line: what ran out, and the setting to lower with a value to try."""
-  what = str(error).strip().splitlines()[0][:200]
+  what = errors.one_line(error)[:200]
   now = cfg.max_tokens_per_device
   if now is None:
     advice = "set --config.max_tokens_per_device to fewer tokens per device"
