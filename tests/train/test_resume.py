@@ -11,6 +11,7 @@ import functools
 import json
 import os
 import pathlib
+import shutil
 import signal
 import subprocess
 import sys
@@ -231,3 +232,23 @@ def test_sigterm_saves_the_step_in_flight_and_resumes_exactly_and_a_second_run_i
   out = _run(overrides, resumed, compilation_cache)
   assert f"RESTORED {STOP_STEP}" in out
   _assert_same_run(reference, resumed, overrides, STOP_STEP)
+
+
+def test_a_garbled_newest_checkpoint_is_set_aside_and_the_run_finishes_from_the_one_before(
+    tmp_path, overrides, compilation_cache, reference):
+  # A finished run whose newest checkpoint's files are all random bytes (a disk or a
+  # copy gone wrong): run again, it sets that step aside and trains it again from the
+  # step before, unattended, to the same end as the uninterrupted run.
+  resumed = tmp_path / "resumed"
+  shutil.copytree(reference, resumed)
+  newest = resumed / checkpoint.CHECKPOINT_DIR / str(NUM_STEPS)
+  rng = np.random.default_rng(0)
+  for path in [p for p in newest.rglob("*") if p.is_file()]:
+    path.write_bytes(rng.bytes(max(path.stat().st_size, 16)))
+
+  out = _run(overrides, resumed, compilation_cache)
+  assert f"RESTORED {NUM_STEPS - EVERY}" in out
+  set_aside = newest.with_name(f"{NUM_STEPS}{checkpoint.CORRUPT_SUFFIX}")
+  assert set_aside.is_dir()
+  shutil.rmtree(set_aside)  # kept for a person to look at; not part of the run's state
+  _assert_same_run(reference, resumed, overrides, NUM_STEPS - EVERY)
