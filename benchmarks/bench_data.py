@@ -25,7 +25,7 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from t2t_jax import configs  # noqa: E402
-from t2t_jax.data import dataset as data
+from t2t_jax.data import dataset
 from t2t_jax.data import demo
 
 
@@ -49,7 +49,7 @@ def main() -> None:
                       **{f"{split}_files": ",".join(pair) for split, pair in paths.items()})
 
   start = time.perf_counter()
-  ds = data.prepare(cfg, args.workdir)
+  ds = dataset.prepare(cfg, args.workdir)
   print(f"prepare: {time.perf_counter() - start:.1f} s "
         f"(tokenisation when not cached: {ds.counts.get('pairs_per_second', 0):.0f} pairs/s)")
 
@@ -60,7 +60,7 @@ def main() -> None:
   rate = 20 * len(sample) / (time.perf_counter() - start)
   print(f"SentencePiece encode: {rate:.0f} sentences/s")
 
-  it = ds.train_iterator(args.devices, data.accum_steps(cfg, args.devices))
+  it = ds.train_iterator(args.devices, dataset.accum_steps(cfg, args.devices))
   next(it)  # start the prefetch thread and the first epoch's plan
   real = padded = 0
   start = time.perf_counter()

@@ -52,6 +52,7 @@ from __future__ import annotations
 
 import argparse
 import functools
+import importlib
 import inspect
 import json
 import os
@@ -109,32 +110,32 @@ def _timed(fn, repeats: int) -> tuple[float, float, object]:
   return first, best, result
 
 
+# (search, driver, model): the modules holding `_beam_decode`, `decode_ids` and
+# `init_params` in each layout, newest first; the last is the flat t2t_jax/decode.py
+# of before the subpackages (5ffbee3).
+_LAYOUTS = (("t2t_jax.decoding.programs", "t2t_jax.inference.sentence_batches",
+             "t2t_jax.model.transformer"),
+            ("t2t_jax.decoding.batch", "t2t_jax.decoding.batch", "t2t_jax.model.transformer"),
+            ("t2t_jax.decoding.decode", "t2t_jax.decoding.decode", "t2t_jax.model.transformer"),
+            ("t2t_jax.decode", "t2t_jax.decode", "t2t_jax.model"))
+
+
 def _driver():
   """(decode_ids, beam_decode, model) as this checkout or an older one spells them (`--compare`).
 
   `decode_ids(cfg, params, ids)` translates many sentences; `beam_decode(params,
   inputs, max_lens, cfg, **settings)` is one model's chunked beam search; `model`
-  has `init_params`. Layouts: decoding/programs.py with inference/sentence_batches.py,
-  decoding/batch.py, decoding/decode.py, or the flat t2t_jax/decode.py of before the
-  subpackages (5ffbee3).
+  has `init_params`; `_LAYOUTS` lists where each checkout keeps them.
   """
-  # pylint: disable=import-outside-toplevel,protected-access
-  try:
-    from t2t_jax.decoding import programs as search
-    from t2t_jax.inference import sentence_batches as driver
-    from t2t_jax.model import transformer as model
-  except ImportError:
+  # pylint: disable=protected-access
+  for names in _LAYOUTS[:-1]:
     try:
-      from t2t_jax.decoding import batch as search
-      from t2t_jax.model import transformer as model
+      search, driver, model = map(importlib.import_module, names)
+      break
     except ImportError:
-      try:
-        from t2t_jax.decoding import decode as search
-        from t2t_jax.model import transformer as model
-      except ImportError:
-        from t2t_jax import decode as search
-        from t2t_jax import model
-    driver = search
+      pass
+  else:
+    search, driver, model = map(importlib.import_module, _LAYOUTS[-1])
   accepted = inspect.signature(search._beam_decode).parameters
   # No sentence stops early in `random`, so there is nothing to narrow; min_len is
   # the default of the checkouts that have it (no empty translation).
@@ -262,10 +263,9 @@ def measure_flax_wmt(name: str, args) -> dict:
 
 def measure_testset(args) -> list[dict]:
   """The work directory's test set: one cold pass, then the best of `repeats` warm ones."""
-  import numpy as np  # pylint: disable=import-outside-toplevel
   from t2t_jax import configs  # pylint: disable=import-outside-toplevel
   from t2t_jax.data import vocab
-  from t2t_jax.inference import bleu as evaluate
+  from t2t_jax.inference import bleu as bleu_lib
   from t2t_jax.runtime import averaging
 
   def read_lines(path):
@@ -285,7 +285,7 @@ def measure_testset(args) -> list[dict]:
   decode_ids, _, _ = _driver()
   first, best, outputs = _timed(lambda: decode_ids(cfg, params, ids), args.repeats)
   hyps = [tokenizer.decode(out) for out in outputs]
-  bleu = evaluate.bleu_scores(hyps, references, cfg.target_lang)["sacrebleu"]["score"]
+  bleu = bleu_lib.bleu_scores(hyps, references, cfg.target_lang)["sacrebleu"]["score"]
   out_tokens = sum(len(out) + 1 for out in outputs)  # EOS included, as in `random`
   return [{"config": f"{workdir.name} test set", "decoding": "cached",
            "compile_s": first, "run_s": best, "cold_sentences_per_s": len(ids) / first,
@@ -437,13 +437,13 @@ def _jitted_search():
   import jax  # pylint: disable=import-outside-toplevel
   from t2t_jax.decoding import beam_search  # pylint: disable=import-outside-toplevel
   from t2t_jax.decoding import uncached
-  from t2t_jax.model import transformer as model
+  from t2t_jax.model import transformer
 
   @functools.partial(jax.jit, static_argnames=("cfg", "beam_size", "output_len", "cached"))
   def search(params, inputs, *, cfg, beam_size, output_len, cached):
     if cached:  # as decoding/ensemble.py binds one model: vocabulary-major logits
-      cache = model.init_cache(cfg.model, params, inputs, output_len)
-      step_fn = functools.partial(model.decode_step, cfg.model, params,
+      cache = transformer.init_cache(cfg.model, params, inputs, output_len)
+      step_fn = functools.partial(transformer.decode_step, cfg.model, params,
                                   logits_layout="vocab_major")
     else:
       cache, step_fn = uncached.uncached_decoder(cfg.model, params, inputs, output_len)
@@ -478,8 +478,9 @@ def _ctranslate2_runs(spec, directory, threads):
   once (inter_threads): the faster of the two is the yardstick.
   """
   import ctranslate2  # pylint: disable=import-outside-toplevel  (the export extra)
-  from t2t_jax.export import ctranslate2 as ct2_export  # pylint: disable=import-outside-toplevel
-  ct2_export.save_ctranslate2(spec, directory)
+  # pylint: disable-next=import-outside-toplevel
+  from t2t_jax.export import ctranslate2 as ctranslate2_lib
+  ctranslate2_lib.save_ctranslate2(spec, directory)
   runs = {}
   for kind in ("float32", "int8"):
     runs[f"CTranslate2 {kind}"] = ctranslate2.Translator(
@@ -529,9 +530,9 @@ def _random_workload(args):
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import numpy as np  # pylint: disable=import-outside-toplevel
   from t2t_jax.ids import EOS_ID  # pylint: disable=import-outside-toplevel
-  from t2t_jax.model import transformer as model
+  from t2t_jax.model import transformer
   cfg = _config(args.configs.split(",")[0], args)
-  params = jax.jit(functools.partial(model.init_params, cfg.model))(jax.random.key(0))
+  params = jax.jit(functools.partial(transformer.init_params, cfg.model))(jax.random.key(0))
   params = jax.device_get(params)
   rng = np.random.default_rng(0)
   sources = rng.integers(3, cfg.vocab_size, size=(args.sentences, args.source_len - 1))
@@ -561,7 +562,8 @@ def _random_workload(args):
 def ctranslate2_side_by_side(args) -> None:
   """Our beam search, then CTranslate2 float32 and int8 on the same model and sentences."""
   import jax  # pylint: disable=import-outside-toplevel
-  from t2t_jax.export import ctranslate2 as ct2_export  # pylint: disable=import-outside-toplevel
+  # pylint: disable-next=import-outside-toplevel
+  from t2t_jax.export import ctranslate2 as ctranslate2_lib
   workload = _trained_workload if args.workdir else _random_workload
   cfg, params, tokens, ours, theirs, description = workload(args)
   threads = os.cpu_count() or 1
@@ -577,7 +579,7 @@ def ctranslate2_side_by_side(args) -> None:
     seconds, outputs = _best_of(functools.partial(ours, in_flight=1), args.repeats)
     rows.append(("ours, in_flight=1", seconds, outputs))
   with tempfile.TemporaryDirectory() as directory:
-    spec = ct2_export.ctranslate2_spec(cfg, params, tokens)
+    spec = ctranslate2_lib.ctranslate2_spec(cfg, params, tokens)
     for name, translator in _ctranslate2_runs(spec, directory + "/ct2", threads).items():
       seconds, outputs = _best_of(functools.partial(theirs, translator), args.repeats)
       rows.append((name, seconds, outputs))

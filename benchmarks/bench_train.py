@@ -105,13 +105,13 @@ def step_speed(args) -> None:
 
 # --- Old against new: the worker -------------------------------------------------------
 # Runs inside the checkout under test (PYTHONPATH), so it uses only what every
-# version has: configs.get_config, data.prepare / accum_steps / train_iterator,
+# version has: configs.get_config, dataset.prepare / accum_steps / train_iterator,
 # optim, steps.create_train_state and parallel's pmap step.
 
 def worker(args) -> None:
   import jax  # pylint: disable=import-outside-toplevel
   from t2t_jax import configs  # pylint: disable=import-outside-toplevel
-  from t2t_jax.data import dataset as data
+  from t2t_jax.data import dataset
   from t2t_jax.train import optim
   from t2t_jax.train import parallel
   from t2t_jax.train import steps
@@ -122,10 +122,10 @@ def worker(args) -> None:
   micro = getattr(preset, "max_tokens_per_device", None) or args.tokens_per_batch
   overrides = dict(tokens_per_batch=args.tokens_per_batch, max_tokens_per_device=micro)
   data_cfg = configs.get_config("demo", **overrides)
-  ds = data.prepare(data_cfg, args.workdir)
+  ds = dataset.prepare(data_cfg, args.workdir)
   model_cfg = configs.get_config(args.config, **overrides)
   devices = jax.local_device_count()
-  iterator = ds.train_iterator(devices, data.accum_steps(data_cfg, devices), prefetch=0)
+  iterator = ds.train_iterator(devices, dataset.accum_steps(data_cfg, devices), prefetch=0)
   batches = [next(iterator) for _ in range(args.batches)]
   real = sum(int(np.count_nonzero(b["targets"])) for b in batches)
   padded = sum(int(b["targets"].size) for b in batches)

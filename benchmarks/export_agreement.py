@@ -40,15 +40,15 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from t2t_jax import configs  # noqa: E402
-from t2t_jax.export import ctranslate2 as ct2_export  # noqa: E402
+from t2t_jax.export import ctranslate2 as ctranslate2_lib  # noqa: E402
 from t2t_jax.export import engines  # noqa: E402
 from t2t_jax.export import huggingface  # noqa: E402
 from t2t_jax.export import loading  # noqa: E402
 from t2t_jax.ids import EOS_ID, PAD_ID  # noqa: E402
 from t2t_jax.inference import sentence_batches  # noqa: E402
-from t2t_jax.inference import translator as inference
+from t2t_jax.inference import translator as translator_lib
 from t2t_jax.model import encoder_decoder
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer
 
 
 def _padded(rows):
@@ -62,10 +62,11 @@ def _logit_differences(cfg, params, sources, outputs) -> dict[str, float]:
   torch = loading.require("torch")
   inputs = _padded(sources)
   targets = _padded([o + [EOS_ID] for o in outputs])
-  ours = np.asarray(model.Transformer(cfg.model).apply({"params": params}, jnp.asarray(inputs),
-                                                 jnp.asarray(targets)))
+  ours = np.asarray(transformer.Transformer(cfg.model).apply({"params": params},
+                                                             jnp.asarray(inputs),
+                                                             jnp.asarray(targets)))
   real = targets != 0
-  decoder_inputs = np.array(model.shift_right(targets))  # writable, for torch
+  decoder_inputs = np.array(transformer.shift_right(targets))  # writable, for torch
 
   def largest(marian):
     with torch.no_grad():
@@ -113,7 +114,7 @@ def main() -> None:
     return
   loading.require("torch").set_num_threads(os.cpu_count() or 1)
   cfg, params, spm_path = loading.load_workdir(workdir)
-  tokenizer = inference.load_tokenizer(workdir)
+  tokenizer = translator_lib.load_tokenizer(workdir)
   tokens = loading.vocabulary(spm_path, cfg.vocab_size)
   ids = [tokenizer.encode(line)[:-1][:cfg.max_len - 1] + [EOS_ID] for line in lines]
   limits = engines.output_limits(cfg, ids)
@@ -128,7 +129,7 @@ def main() -> None:
 
   marian = huggingface.marian_model(cfg, params)
   with tempfile.TemporaryDirectory() as tmp:
-    ct2_export.export_ctranslate2(workdir, pathlib.Path(tmp) / "ct2")
+    ctranslate2_lib.export_ctranslate2(workdir, pathlib.Path(tmp) / "ct2")
     translators = {kind: ctranslate2.Translator(str(pathlib.Path(tmp) / "ct2"), device="cpu",
                                                 compute_type=kind) for kind in ("float32", "int8")}
     print(f"translations identical to ours, of {len(ids)}"
@@ -152,12 +153,13 @@ def main() -> None:
 def _random_recipe(ctranslate2, preset, workdir, lines) -> None:
   """3. for random parameters of `preset`; ids past the work directory's pieces are placeholders."""
   cfg = configs.get_config(preset)
-  params = jax.device_get(model.init_params(cfg.model, jax.random.key(7)))
-  tokenizer = inference.load_tokenizer(workdir)
+  params = jax.device_get(transformer.init_params(cfg.model, jax.random.key(7)))
+  tokenizer = translator_lib.load_tokenizer(workdir)
   ids = [tokenizer.encode(line)[:-1][:cfg.max_len - 1] + [EOS_ID] for line in lines]
   print(f"random {preset} parameters (seed 7): {len(ids)} sentences")
   with tempfile.TemporaryDirectory() as tmp:
-    out = ct2_export.write_ctranslate2(cfg, params, tokenizer.model_path, pathlib.Path(tmp) / "ct2")
+    out = ctranslate2_lib.write_ctranslate2(cfg, params, tokenizer.model_path,
+                                            pathlib.Path(tmp) / "ct2")
     _recipe_agreement(ctranslate2, out, cfg, params, lines, ids)
 
 

@@ -13,7 +13,7 @@ from t2t_jax import configs
 from t2t_jax.data import demo
 from t2t_jax.data import vocab
 from t2t_jax.ids import EOS_ID
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import checkpoint
 
@@ -41,7 +41,7 @@ def make(root: pathlib.Path):
                            decode_batch_size=4)
   assert tokenizer.vocab_size <= cfg.vocab_size
   (root / "config.json").write_text(json.dumps(dataclasses.asdict(cfg)))
-  first = model.init_params(cfg.model, jax.random.key(0))
+  first = transformer.init_params(cfg.model, jax.random.key(0))
   # A random model prefers the empty translation (its distributions are flat, or
   # peaked on whatever token); peaked ones (logits x10 through the shared
   # embedding) with EOS in the middle of the pack (logit 0) give real outputs.

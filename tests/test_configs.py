@@ -8,7 +8,7 @@ import jax
 import pytest
 
 from t2t_jax import configs
-from t2t_jax.cli import flags as cli
+from t2t_jax.cli import flags
 from t2t_jax.configs import count_params, get_config
 from t2t_jax.recipes import paper
 
@@ -19,8 +19,8 @@ def _real_count(cfg):
 
 
 def _init_params():
-  from t2t_jax.model import transformer as model   # imported lazily: the validation tests need no JAX model
-  return model.init_params
+  from t2t_jax.model import transformer   # imported lazily: the validation tests need no JAX model
+  return transformer.init_params
 
 
 def _shape_key(cfg):
@@ -150,14 +150,14 @@ def test_command_line_errors_name_the_field_and_what_it_accepts(name, capsys):
   text = {int: "2.5", float: "fast", bool: "maybe"}.get(kind)
   if text is not None:  # any text is a string
     with pytest.raises(SystemExit):
-      cli.parse_config([f"--config.{name}={text}"])
+      flags.parse_config([f"--config.{name}={text}"])
     err = capsys.readouterr().err
     assert re.search(f"argument --config.{name}: bad value '{text}': {name} "
                      f"accepts {re.escape(configs.accepts(name))} ", err), err
   if name in _OUT_OF_RANGE:
     value = _OUT_OF_RANGE[name]
     with pytest.raises(ValueError, match=f"^{name}="):
-      cli.parse_config([f"--config.{name}={value}"])
+      flags.parse_config([f"--config.{name}={value}"])
 
 
 def test_accepts_describes_optional_and_enumerated_fields():

@@ -163,6 +163,11 @@ def _renamed_modules(path: pathlib.Path) -> list[str]:
 
 
 def test_modules_are_imported_by_their_own_name_or_name_lib():
-  """`from t2t_jax.data import dataset as data` hides which module `data.` reads; refuse it."""
-  renamed = [line for path in sorted(PACKAGE.rglob("*.py")) for line in _renamed_modules(path)]
+  """`from t2t_jax.data import dataset as data` hides which module `data.` reads; refuse it.
+
+  In the package and in the code that reads it: tests, benchmarks and experiments.
+  """
+  paths = [path for folder in (PACKAGE, ROOT / "tests", ROOT / "benchmarks", ROOT / "experiments")
+           for path in sorted(folder.rglob("*.py"))]
+  renamed = [line for path in paths for line in _renamed_modules(path)]
   assert not renamed, "import these modules as themselves or <name>_lib:\n" + "\n".join(renamed)

@@ -1,11 +1,11 @@
 """A handful of WSJ-style trees, and treebank directories of them in either layout
 (tests/recipes/test_parsing.py, tests/cli/test_parsing.py)."""
 
-from t2t_jax.recipes import treebank as parsing
+from t2t_jax.recipes import treebank
 
 
 def tree(text):
-  return parsing.clean(parsing.parse_trees(text)[0])
+  return treebank.clean(treebank.parse_trees(text)[0])
 
 
 # A handful of WSJ-style trees (root wrappers, function tags, a trace) for the pipeline.

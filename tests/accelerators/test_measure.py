@@ -18,7 +18,7 @@ import pytest
 
 from t2t_jax import configs
 from t2t_jax.accelerators import measure
-from t2t_jax.cli import compile as compile_cli
+from t2t_jax.cli import compile as compile_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 TINY = ["--config=base", "--config.num_layers=1", "--config.d_model=32", "--config.d_ff=64",
@@ -30,7 +30,7 @@ KEYS = {"step_s", "tokens_per_s", "mfu", "peak_bytes"}
 
 
 def test_measured_figures_sit_beside_the_prediction_for_the_same_program(capsys):
-  compile_cli.main(["--measure", *TINY, "--config.peak_tflops=0.05",
+  compile_lib.main(["--measure", *TINY, "--config.peak_tflops=0.05",
                     "--memory_bandwidth_gbs=5"])
   out = capsys.readouterr().out.strip().splitlines()
   report = json.loads(out[-1])
@@ -87,7 +87,7 @@ def test_local_target_is_the_datasheet_entry_of_the_device_kind(monkeypatch):
 def test_measure_or_target_one_of_them(capsys):
   for argv in (["--config=demo"], ["--measure", "--target=h100", "--config=demo"]):
     with pytest.raises(SystemExit) as e:
-      compile_cli.main(argv)
+      compile_lib.main(argv)
     assert e.value.code == 2
   assert "--measure" in capsys.readouterr().err
 

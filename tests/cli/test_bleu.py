@@ -6,7 +6,7 @@ import pathlib
 import subprocess
 import sys
 
-from t2t_jax.inference import bleu as evaluate
+from t2t_jax.inference import bleu
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 
@@ -25,7 +25,7 @@ def test_cli_prints_the_three_scores_as_json(tmp_path):
   env = dict(os.environ, PYTHONPATH=str(ROOT))  # this checkout's package, not an installed one
   done = subprocess.run(command, env=env, capture_output=True, text=True, check=True)
   printed = json.loads(done.stdout)
-  assert printed == json.loads(json.dumps(evaluate.bleu_scores(HYPS, REFS, "de")))
+  assert printed == json.loads(json.dumps(bleu.bleu_scores(HYPS, REFS, "de")))
 
   ref.write_text("\n".join(REFS[:2]) + "\n", encoding="utf-8")
   failed = subprocess.run(command, env=env, capture_output=True, text=True)

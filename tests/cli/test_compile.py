@@ -8,20 +8,18 @@ import pytest
 
 from compilers import NO_CUDA
 from t2t_jax.accelerators import targets
-from t2t_jax.cli import compile as compile_cli
+from t2t_jax.cli import compile as compile_lib
 
 
 def test_compile_command_without_the_compilers_says_what_to_install(monkeypatch, capsys):
-  from t2t_jax.cli import compile as compile_cli  # pylint: disable=import-outside-toplevel
   monkeypatch.setattr(targets, "available", lambda platform: False)
   with pytest.raises(SystemExit, match=r"needs .* pip install -e '\.\[accelerators\]'"):
-    compile_cli.main(["--target=h100", "--config=base"])
+    compile_lib.main(["--target=h100", "--config=base"])
 
 
 @NO_CUDA
 def test_compile_command_prints_the_figures_last(capsys):
-  from t2t_jax.cli import compile as compile_cli  # pylint: disable=import-outside-toplevel
-  compile_cli.main(["--target=h100", "--config=base", "--config.num_layers=1",
+  compile_lib.main(["--target=h100", "--config=base", "--config.num_layers=1",
                     "--config.d_model=128", "--config.d_ff=256", "--config.num_heads=4",
                     "--config.vocab_size=512", "--config.dtype=bfloat16",
                     "--config.max_source_length=32", "--config.max_target_length=32",
@@ -38,8 +36,7 @@ def test_compile_command_prints_the_figures_last(capsys):
 
 @NO_CUDA
 def test_compile_command_prices_the_all_reduce_of_eight_gpus(capsys):
-  from t2t_jax.cli import compile as compile_cli  # pylint: disable=import-outside-toplevel
-  compile_cli.main(["--target=8xh100", "--config=base", "--config.num_layers=1",
+  compile_lib.main(["--target=8xh100", "--config=base", "--config.num_layers=1",
                     "--config.d_model=64", "--config.d_ff=128", "--config.num_heads=4",
                     "--config.vocab_size=256", "--config.dtype=bfloat16", "--no-decode",
                     "--config.max_source_length=32", "--config.max_target_length=32",

@@ -5,11 +5,11 @@ import logging
 import pytest
 
 from t2t_jax import configs
-from t2t_jax.cli import flags as cli
+from t2t_jax.cli import flags
 
 
 def _parser():
-  parser = cli.parser("prog", None, config="demo")
+  parser = flags.parser("prog", None, config="demo")
   parser.add_argument("--workdir")
   return parser
 
@@ -27,16 +27,16 @@ def test_preset_then_defaults_then_fields_and_the_script_flags():
   args = _parser().parse_args(
       ["--config=C4", "--config.dropout_rate=0.2", "--config.attention_window=none",
        "--config.share_embeddings=false", "--config.d_v=16", "--workdir=/tmp/x"])
-  cfg = cli.config(args, defaults={"dropout_rate": 0.3, "num_train_steps": 7})
+  cfg = flags.config(args, defaults={"dropout_rate": 0.3, "num_train_steps": 7})
   assert (cfg.d_model, cfg.d_k, cfg.d_v) == (256, 32, 16)        # preset, then override
   assert cfg.dropout_rate == 0.2 and cfg.num_train_steps == 7     # the command line wins
   assert cfg.attention_window is None and cfg.share_embeddings is False
   assert args.workdir == "/tmp/x"
-  assert cli.overrides(args) == {"dropout_rate": 0.2, "attention_window": None,
+  assert flags.overrides(args) == {"dropout_rate": 0.2, "attention_window": None,
                                  "share_embeddings": False, "d_v": 16}
-  cfg = cli.parse_config(["--config.attention_window", "3"], preset="base")
+  cfg = flags.parse_config(["--config.attention_window", "3"], preset="base")
   assert cfg.attention_window == 3 and cfg.d_model == 512
-  assert cli.parse_config([]) == configs.get_config("demo")
+  assert flags.parse_config([]) == configs.get_config("demo")
 
 
 def test_mistakes_give_one_line_naming_the_flag_and_what_it_accepts(capsys):
@@ -52,7 +52,7 @@ def test_mistakes_give_one_line_naming_the_flag_and_what_it_accepts(capsys):
   # No prefix matching: a shortened flag is not taken for a longer one.
   assert "unknown config field 'd_mod'" in _usage_error(capsys, ["--config.d_mod=8"])
   # A parser without config flags says the same about them.
-  err = _usage_error(capsys, ["--config.d_model=8"], cli.parser("plain", None))
+  err = _usage_error(capsys, ["--config.d_model=8"], flags.parser("plain", None))
   assert "unknown config field 'd_model'" in err
 
 
@@ -72,7 +72,7 @@ def test_help_shows_each_fields_meaning_and_the_chosen_presets_value(capsys):
     assert f"--config.{name} VALUE {configs.meaning(name)}; accepts" in text, name
   assert "[demo: 128]" in _help(capsys, [])                      # the default preset's values
   assert "[big_enfr: 0.1]" in _help(capsys, ["--config", "big_enfr"])
-  script = cli.parser("prog", None, config="parsing", defaults={"max_target_length": 768})
+  script = flags.parser("prog", None, config="parsing", defaults={"max_target_length": 768})
   assert "[parsing: 768]" in _help(capsys, [], script)           # the script's own defaults
   # The usage line names the config fields once.
   assert text.count("--config.d_model") == 1 and "[--config.<field>=VALUE ...]" in text
@@ -81,7 +81,7 @@ def test_help_shows_each_fields_meaning_and_the_chosen_presets_value(capsys):
 def test_version_log_level_quiet_and_did_you_mean(capsys):
   import t2t_jax  # pylint: disable=import-outside-toplevel
   with pytest.raises(SystemExit) as e:
-    cli.parser("t2t-x", None).parse_args(["--version"])
+    flags.parser("t2t-x", None).parse_args(["--version"])
   assert e.value.code == 0 and capsys.readouterr().out == f"t2t-x {t2t_jax.__version__}\n"
   root = logging.getLogger()
   level = root.level

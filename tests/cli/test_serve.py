@@ -5,7 +5,7 @@ import pytest
 
 pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
 
-from t2t_jax.cli import serve as serve_cli  # noqa: E402  (after the skip)
+from t2t_jax.cli import serve  # noqa: E402  (after the skip)
 from t2t_jax.serve import app as app_lib  # noqa: E402
 
 
@@ -25,7 +25,7 @@ def started(monkeypatch):
 
 
 def test_flags_reach_the_options_the_engine_and_the_listener(trained_workdir, started):
-  serve_cli.main(["--workdir", str(trained_workdir), "--port", "0", "--max_batch", "3",
+  serve.main(["--workdir", str(trained_workdir), "--port", "0", "--max_batch", "3",
                   "--max_wait_ms", "20", "--max_lines", "5", "--max_chars", "40",
                   "--max_beam", "6", "--max_len_a", "1.5", "--workers", "1"])
   options = started["options"]
@@ -39,13 +39,13 @@ def test_flags_reach_the_options_the_engine_and_the_listener(trained_workdir, st
 
 
 def test_the_decode_batch_size_is_the_default_batch(trained_workdir, started):
-  serve_cli.main(["--workdir", str(trained_workdir)])
+  serve.main(["--workdir", str(trained_workdir)])
   assert started["options"].max_batch == started["engine"].cfg.decode_batch_size
 
 
 def test_a_checkpoint_with_the_ctranslate2_engine_is_one_line(trained_workdir, started):
   checkpoint = next((trained_workdir / "checkpoints").iterdir())
   with pytest.raises(SystemExit, match="--checkpoint is for --engine jax"):
-    serve_cli.main(["--workdir", str(trained_workdir), "--engine", "ctranslate2",
+    serve.main(["--workdir", str(trained_workdir), "--engine", "ctranslate2",
                     "--checkpoint", str(checkpoint)])
   assert not started

@@ -26,11 +26,11 @@ from t2t_jax.data import textio
 from t2t_jax.data import vocab
 from t2t_jax.decoding import programs
 from t2t_jax.ids import UNK_ID
-from t2t_jax.inference import bleu as evaluate
+from t2t_jax.inference import bleu
 from t2t_jax.inference import long_inputs
 from t2t_jax.inference import sentence_batches
 from t2t_jax.inference import streaming
-from t2t_jax.inference import translator as inference
+from t2t_jax.inference import translator as translator_lib
 
 import trained  # tests/trained.py (tests/ is on sys.path)
 from random_run import LINES, LONG
@@ -40,7 +40,7 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 
 @pytest.fixture(scope="module")
 def translator(random_workdir):
-  return inference.Translator(random_workdir[0])
+  return translator_lib.Translator(random_workdir[0])
 
 
 @pytest.fixture(scope="module")
@@ -105,13 +105,13 @@ def test_decode_and_score_writes_hypotheses_and_three_scores(translator, tmp_pat
   sources, references = LINES, ["der Hund schläft", "", "gestern sah der alte Mann den Hund",
                                 "Steuerzeichen", "Text", "", "der alte Mann", "ein", "die Kinder"]
   out = tmp_path / "test.hyp"
-  scores = evaluate.decode_and_score(translator.cfg, translator.params, translator.tokenizer,
+  scores = bleu.decode_and_score(translator.cfg, translator.params, translator.tokenizer,
                                      sources, references, out)
   assert {"sacrebleu", "sacrebleu_intl", "paper"} <= set(scores)
   hyps = textio.read_lines(out)
   assert hyps == translator.translate(sources, warn=lambda _: None)
   assert scores["sacrebleu"]["score"] == pytest.approx(
-      evaluate.bleu_scores(hyps, references, "de")["sacrebleu"]["score"])
+      bleu.bleu_scores(hyps, references, "de")["sacrebleu"]["score"])
   assert scores["decode"]["sentences"] == len(LINES)
 
 
@@ -171,10 +171,11 @@ def test_samples_are_seeded(workdir, tmp_path):
 
 def test_ensembles_of_work_directories_and_checkpoints(random_workdir, translator, tmp_path):
   workdir, first, _ = random_workdir
-  pair = inference.Translator(workdir, ensemble=[workdir])
+  pair = translator_lib.Translator(workdir, ensemble=[workdir])
   assert len(pair.members) == 2
   assert pair.translate(SHORT) == translator.translate(SHORT)
-  mixed = inference.Translator(workdir / "checkpoints" / "1", ensemble=[workdir / "averaged" / "2"])
+  mixed = translator_lib.Translator(workdir / "checkpoints" / "1",
+                                    ensemble=[workdir / "averaged" / "2"])
   for got, expected in zip(jax.tree.leaves(mixed.params), jax.tree.leaves(first)):
     np.testing.assert_array_equal(got, expected)
   rows = _run(workdir, tmp_path, "--ensemble", str(workdir / "checkpoints" / "1"),
@@ -215,7 +216,7 @@ def test_a_pipe_is_answered_line_by_line(trained_workdir, tmp_path):
   As a user starts it (no JAX_PLATFORMS): on a host without accelerators, where the
   accelerators extra is installed, no plugin's traceback (cuInit) is logged."""
   first, second = trained.held_out_sources(2)
-  expected = inference.Translator(trained_workdir).translate([first, second])
+  expected = translator_lib.Translator(trained_workdir).translate([first, second])
   env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
   with open(tmp_path / "stderr", "wb") as stderr:
     proc = subprocess.Popen(
@@ -314,20 +315,20 @@ def test_stored_programs_are_loaded_not_compiled_and_translate_the_same(random_w
   # Without the programs the other commands here stored in it.
   wd = shutil.copytree(random_workdir[0], tmp_path / "run", ignore=shutil.ignore_patterns("programs"))
   lines = ["the dog sleeps", "a"]
-  reference = inference.Translator(wd)
+  reference = translator_lib.Translator(wd)
   expected = reference.translate(lines)
   sources = [reference.tokenizer.encode(line)[:-1] for line in lines]
   rows, width = sentence_batches.source_rows(sources, reference.cfg.decode_batch_size,
                                              reference.cfg.max_len).shape
-  store_programs = inference.Translator.store_programs     # that shape's alone, to be quick
-  monkeypatch.setattr(inference.Translator, "store_programs",
+  store_programs = translator_lib.Translator.store_programs     # that shape's alone, to be quick
+  monkeypatch.setattr(translator_lib.Translator, "store_programs",
                       lambda self: store_programs(self, rows=[rows], widths=[width]))
   caplog.set_level(logging.INFO)
   translate.main(["--workdir", str(wd), "--store-programs"])
   assert any("1 decoding programs" in r.getMessage() for r in caplog.records)
   assert len(list((wd / "programs").rglob("*.bin"))) == 1
   jax.clear_caches()
-  fresh = inference.Translator(wd, programs=True)     # as t2t-translate in a new process
+  fresh = translator_lib.Translator(wd, programs=True)     # as t2t-translate in a new process
   assert fresh.translate(lines) == expected
   assert (fresh.programs.compiled, fresh.programs.loaded) == (0, 1)
   out = tmp_path / "out.txt"

@@ -14,9 +14,9 @@ import pytest
 
 from t2t_jax import configs
 from t2t_jax.data import batching
-from t2t_jax.data import dataset as data
+from t2t_jax.data import dataset
 from t2t_jax.data import demo
-from t2t_jax.data import tokenized as tokens
+from t2t_jax.data import tokenized
 
 
 def _write(path, lines):
@@ -55,13 +55,13 @@ def workdir(tmp_path_factory):
 @pytest.fixture(scope="module")
 def ds(corpus_dir, workdir):
   """One pair per row, in length buckets."""
-  return data.prepare(_config(corpus_dir, packing=False), workdir)
+  return dataset.prepare(_config(corpus_dir, packing=False), workdir)
 
 
 @pytest.fixture(scope="module")
 def packed(corpus_dir, workdir):
   """Several pairs per row (the default), in rows of 64 and 32; the same vocabulary."""
-  return data.prepare(_config(corpus_dir, max_source_length=64, max_target_length=64),
+  return dataset.prepare(_config(corpus_dir, max_source_length=64, max_target_length=64),
                       workdir)
 
 
@@ -122,9 +122,9 @@ def test_buckets_budget_and_shapes(ds):
 
 def test_accum_steps():
   cfg = configs.get_config("base", max_tokens_per_device=25000)
-  assert data.accum_steps(cfg, 8) == 1
-  assert data.accum_steps(cfg.replace(max_tokens_per_device=1000), 8) == 4
-  assert data.accum_steps(cfg.replace(max_tokens_per_device=1000), 1) == 25
+  assert dataset.accum_steps(cfg, 8) == 1
+  assert dataset.accum_steps(cfg.replace(max_tokens_per_device=1000), 8) == 4
+  assert dataset.accum_steps(cfg.replace(max_tokens_per_device=1000), 1) == 25
 
 
 def test_same_seed_same_batches_and_resume(ds):
@@ -179,23 +179,23 @@ def test_dev_batches_cover_every_pair_once(ds):
 
 def test_token_cache_is_reused(corpus_dir, tmp_path, monkeypatch):
   cfg = _config(corpus_dir)
-  first = data.prepare(cfg, str(tmp_path))
+  first = dataset.prepare(cfg, str(tmp_path))
 
   def no_tokenizing(*args, **kwargs):
     raise AssertionError("tokenised again instead of reading the cache")
 
-  monkeypatch.setattr(tokens, "tokenize_pairs", no_tokenizing)
-  again = data.prepare(cfg, str(tmp_path))
+  monkeypatch.setattr(tokenized, "tokenize_pairs", no_tokenizing)
+  again = dataset.prepare(cfg, str(tmp_path))
   assert np.array_equal(first.train.tgt_ids, again.train.tgt_ids)
   with pytest.raises(AssertionError, match="tokenised again"):  # new limits: new cache
-    data.prepare(cfg.replace(max_source_length=40), str(tmp_path))
+    dataset.prepare(cfg.replace(max_source_length=40), str(tmp_path))
 
 
 def test_demo_dataset_is_generated_into_the_workdir(tmp_path, monkeypatch):
   small = functools.partial(demo.write_corpus, num_train=600, num_dev=50, num_test=50)
   monkeypatch.setattr(demo, "write_corpus", small)
   cfg = configs.get_config("demo", vocab_size=300, tokens_per_batch=512)
-  ds = data.prepare(cfg, str(tmp_path))
+  ds = dataset.prepare(cfg, str(tmp_path))
   assert (tmp_path / "data" / "demo" / "train.de").exists()
   assert len(ds.train) + ds.counts["too_long"] == 600 and len(ds.test_sources()) == 50
   assert ds.tokenizer.vocab_size <= 300
@@ -212,41 +212,41 @@ def _damage(path, how):
 @pytest.mark.parametrize("how", ["truncated", "emptied", "garbled"])
 def test_a_damaged_token_cache_is_made_again_with_a_warning(corpus_dir, tmp_path, how, caplog):
   cfg = _config(corpus_dir)
-  first = data.prepare(cfg, str(tmp_path))
+  first = dataset.prepare(cfg, str(tmp_path))
   (cache,) = (tmp_path / "data").glob("tokens-*.npz")
   _damage(cache, how)
-  again = data.prepare(cfg, str(tmp_path))
+  again = dataset.prepare(cfg, str(tmp_path))
   assert "is damaged" in caplog.text and "tokenising again" in caplog.text
-  for name in tokens.SPLITS:
+  for name in tokenized.SPLITS:
     for field in ("src_ids", "src_offsets", "tgt_ids", "tgt_offsets"):
       assert np.array_equal(getattr(getattr(first, name), field),
                             getattr(getattr(again, name), field))
-  tokens.load_cache(str(cache), again.tokenizer.vocab_size)  # whole again
+  tokenized.load_cache(str(cache), again.tokenizer.vocab_size)  # whole again
 
 
 def test_token_cache_checks_offsets_and_id_range(ds, tmp_path):
   splits = {"train": ds.train, "dev": ds.dev, "test": ds.test}
   path = str(tmp_path / "tokens.npz")
-  tokens.save_cache(path, splits, {"kept": 1})
-  tokens.load_cache(path, ds.tokenizer.vocab_size)
+  tokenized.save_cache(path, splits, {"kept": 1})
+  tokenized.load_cache(path, ds.tokenizer.vocab_size)
   with pytest.raises(ValueError, match="outside the vocabulary"):
-    tokens.load_cache(path, vocab_size=5)
-  bad = dict(splits, dev=tokens.TokenizedSplit(ds.dev.src_ids, ds.dev.src_offsets[:-1],
+    tokenized.load_cache(path, vocab_size=5)
+  bad = dict(splits, dev=tokenized.TokenizedSplit(ds.dev.src_ids, ds.dev.src_offsets[:-1],
                                                ds.dev.tgt_ids, ds.dev.tgt_offsets))
-  tokens.save_cache(path, bad, {"kept": 1})
+  tokenized.save_cache(path, bad, {"kept": 1})
   with pytest.raises(ValueError, match="dev offsets"):
-    tokens.load_cache(path)
+    tokenized.load_cache(path)
 
 
 def test_a_damaged_demo_corpus_is_written_again(tmp_path, monkeypatch, caplog):
   small = functools.partial(demo.write_corpus, num_train=300, num_dev=20, num_test=20)
   monkeypatch.setattr(demo, "write_corpus", small)
   cfg = configs.get_config("demo", vocab_size=200, tokens_per_batch=512)
-  data.prepare(cfg, str(tmp_path))
+  dataset.prepare(cfg, str(tmp_path))
   directory = tmp_path / "data" / "demo"
   original = {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()}
   _damage(directory / "train.de", "truncated")
-  data.prepare(cfg, str(tmp_path))
+  dataset.prepare(cfg, str(tmp_path))
   assert "demo corpus" in caplog.text and "train.de" in caplog.text
   assert {p.name: p.read_bytes() for p in directory.iterdir() if p.is_file()} == original
 
@@ -255,9 +255,9 @@ def test_a_damaged_demo_corpus_is_written_again(tmp_path, monkeypatch, caplog):
 _PREPARE = """
 import json, logging, sys
 from t2t_jax import configs
-from t2t_jax.data import dataset as data
+from t2t_jax.data import dataset
 logging.basicConfig(level=logging.INFO)
-data.prepare(configs.get_config("base", **json.loads(sys.argv[2])), sys.argv[1])
+dataset.prepare(configs.get_config("base", **json.loads(sys.argv[2])), sys.argv[1])
 """
 
 

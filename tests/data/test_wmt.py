@@ -11,7 +11,7 @@ import socket
 import pytest
 
 from t2t_jax import configs
-from t2t_jax.data import dataset as data
+from t2t_jax.data import dataset
 from t2t_jax.data import wmt
 
 tfds = pytest.importorskip("tensorflow_datasets")
@@ -97,10 +97,10 @@ def test_real_builder_over_local_files(local_downloads, caplog):
   assert sorted(test) == sorted((f"Sentence number {i}.", f"Satz Nummer {i}.")
                                 for i in range(4))
   assert "not the 3003 lines" in caplog.text  # our tiny test set is not newstest2014
-  # Now prepared: read again without any download step, and through data.prepare.
+  # Now prepared: read again without any download step, and through dataset.prepare.
   monkeypatch_free = wmt.load_pairs(cfg, "dev", download=False)
   assert sorted(monkeypatch_free) == sorted(dev)
-  ds = data.prepare(cfg.replace(vocab_size=120, tokens_per_batch=256),
+  ds = dataset.prepare(cfg.replace(vocab_size=120, tokens_per_batch=256),
                     str(local_downloads / "work"))
   assert len(ds.train) == 5 and sorted(ds.test_references()) == sorted(t for _, t in test)
   assert ds.tokenizer.decode(ds.tokenizer.encode(TRAIN[2][1])) == TRAIN[2][1]

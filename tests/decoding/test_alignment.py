@@ -12,7 +12,7 @@ from t2t_jax.data import vocab
 from t2t_jax.decoding import alignment
 from t2t_jax.ids import EOS_ID
 from t2t_jax.inference import visualize
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer
 
 TEXTS = [
     "yesterday the old man saw the small dog .",
@@ -102,7 +102,7 @@ TINY = configs.get_config("demo", vocab_size=24, num_layers=2, d_model=32, d_ff=
 
 @pytest.fixture(scope="module")
 def tiny_params():
-  return model.init_params(TINY.model, jax.random.key(3))
+  return transformer.init_params(TINY.model, jax.random.key(3))
 
 
 def test_batched_cross_attention_equals_the_one_sentence_maps(tiny_params):

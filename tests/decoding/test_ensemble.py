@@ -13,7 +13,7 @@ from t2t_jax.decoding import beam_search
 from t2t_jax.decoding import ensemble
 from t2t_jax.ids import EOS_ID
 from t2t_jax.model import logits as logits_lib
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer
 
 SMALL = configs.get_config("demo", vocab_size=24, num_layers=2, d_model=32, d_ff=64, num_heads=4,
                            max_len=32)
@@ -23,8 +23,8 @@ OTHER = SMALL.replace(num_layers=1, d_model=16, d_ff=32, num_heads=2)
 
 @pytest.fixture(scope="module")
 def members():
-  return [ensemble.Member(SMALL.model, model.init_params(SMALL.model, jax.random.key(0))),
-          ensemble.Member(OTHER.model, model.init_params(OTHER.model, jax.random.key(1)))]
+  return [ensemble.Member(SMALL.model, transformer.init_params(SMALL.model, jax.random.key(0))),
+          ensemble.Member(OTHER.model, transformer.init_params(OTHER.model, jax.random.key(1)))]
 
 
 def _inputs():
@@ -64,7 +64,7 @@ def test_ensembles_average_the_models_probabilities(members):
 def test_one_model_is_the_model_and_two_identical_models_search_like_one(members):
   inputs = _inputs()
   cache, step_fn = ensemble.init_decoder(members[:1], inputs, 10)
-  assert isinstance(step_fn, functools.partial) and step_fn.func is model.decode_step
+  assert isinstance(step_fn, functools.partial) and step_fn.func is transformer.decode_step
   search = functools.partial(beam_search.beam_search, beam_size=3, alpha=0.6, max_len=10, n_best=2)
   one_tokens, one_scores = search(step_fn, cache)
   pair_cache, pair_step = ensemble.init_decoder(members[:1] * 2, inputs, 10)

@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t2t_jax.ids import EOS_ID, PAD_ID
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer
 
 NUM_SENTENCES = 32
 TIE = 1e-4            # log-probability difference under which two hypotheses are tied
@@ -27,7 +27,7 @@ def padded(rows):
 
 @functools.partial(jax.jit, static_argnums=0)
 def forward(cfg, params, inputs, targets):
-  return model.Transformer(cfg.model).apply({"params": params}, inputs, targets)
+  return transformer.Transformer(cfg.model).apply({"params": params}, inputs, targets)
 
 
 def log_probs(cfg, params, sources, outputs, without_padding=False, eos_from=0):

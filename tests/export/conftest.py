@@ -5,7 +5,7 @@ import pytest
 from export import agreement
 import trained
 from t2t_jax.inference import sentence_batches
-from t2t_jax.inference import translator as inference
+from t2t_jax.inference import translator
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import workdir as workdir_lib
 
@@ -16,7 +16,7 @@ def ours(trained_workdir):
   n = agreement.NUM_SENTENCES
   cfg = workdir_lib.load_config(trained_workdir)
   params = averaging.load_params(trained_workdir)
-  tokenizer = inference.load_tokenizer(trained_workdir)
+  tokenizer = translator.load_tokenizer(trained_workdir)
   sources = trained.held_out_sources(n)
   ids = [tokenizer.encode(s) for s in sources]             # EOS-terminated
   outputs = sentence_batches.decode_ids(cfg, params, [i[:-1] for i in ids], beam_size=4,

@@ -15,18 +15,18 @@ import pytest
 from export import agreement
 import trained
 from t2t_jax.decoding import beam_search
-from t2t_jax.export import ctranslate2 as ct2_export
+from t2t_jax.export import ctranslate2 as ctranslate2_lib
 from t2t_jax.export import engines
 from t2t_jax.export import loading
 from t2t_jax.inference import sentence_batches
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer
 
 
 def test_ctranslate2_float32_finds_our_translations_and_scores(extras, ours, trained_workdir,
                                                                tmp_path):
   ctranslate2 = extras["ctranslate2"]
   cfg, params, tokenizer, _, ids, _ = ours
-  out = ct2_export.export_ctranslate2(trained_workdir, tmp_path / "ct2")
+  out = ctranslate2_lib.export_ctranslate2(trained_workdir, tmp_path / "ct2")
   translator = ctranslate2.Translator(str(out), device="cpu", compute_type="float32",
                                       intra_threads=1)
   tokens = loading.vocabulary(tokenizer.model_path, cfg.vocab_size)
@@ -42,7 +42,7 @@ def test_ctranslate2_float32_finds_our_translations_and_scores(extras, ours, tra
                                                          eos_from=beam_search.MIN_LEN),
                              atol=1e-3, rtol=0)
   with pytest.raises(RuntimeError, match="already exists"):
-    ct2_export.export_ctranslate2(trained_workdir, out)
+    ctranslate2_lib.export_ctranslate2(trained_workdir, out)
 
 
 def _recipe(ctranslate2, transformers, directory, texts, beam_size, limits=None):
@@ -72,7 +72,7 @@ def _ours(cfg, params, ids, beam_size):
 
 def test_the_documented_recipe_gives_our_translations(extras, ours, trained_workdir, tmp_path):
   cfg, params, _, sources, ids, beam_4 = ours
-  out = ct2_export.export_ctranslate2(trained_workdir, tmp_path / "ct2")
+  out = ctranslate2_lib.export_ctranslate2(trained_workdir, tmp_path / "ct2")
   limits = engines.output_limits(cfg, ids)   # ours; positions end at cfg.max_len (64)
   for beam_size, expected in ((1, _ours(cfg, params, ids, 1)), (4, beam_4)):
     theirs = _recipe(extras["ctranslate2"], extras["transformers"], out, sources, beam_size,
@@ -84,9 +84,9 @@ def test_the_documented_recipe_gives_our_translations(extras, ours, trained_work
 def test_random_parameters_give_our_translations(extras, trained_workdir, tmp_path):
   """Untrained weights run every output to its limit: every weight and limit must match."""
   cfg = trained.config()
-  params = jax.device_get(model.init_params(cfg.model, jax.random.key(7)))
+  params = jax.device_get(transformer.init_params(cfg.model, jax.random.key(7)))
   spm_path = str(trained_workdir / "vocab" / "spm.model")
-  out = ct2_export.write_ctranslate2(cfg, params, spm_path, tmp_path / "ct2")
+  out = ctranslate2_lib.write_ctranslate2(cfg, params, spm_path, tmp_path / "ct2")
   texts = trained.held_out_sources(agreement.NUM_SENTENCES)
   ids = extras["transformers"].MarianTokenizer.from_pretrained(out)(texts)["input_ids"]
   limits = engines.output_limits(cfg, ids)

@@ -14,11 +14,10 @@ import pytest
 from export import agreement
 from t2t_jax.export import engines
 from t2t_jax.export import huggingface
-from t2t_jax.export import loading
 from t2t_jax.runtime import extras as extras_lib
 from t2t_jax.ids import EOS_ID
 from t2t_jax.model import layers
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer
 
 
 def test_permutation_turns_our_sinusoids_into_marians_halves():
@@ -59,7 +58,7 @@ def test_transformers_loads_the_export_and_its_logits_equal_ours(extras, ours, h
   assert hf_tokenizer(sources)["input_ids"] == ids
   inputs = agreement.padded(ids)
   targets = agreement.padded([o + [EOS_ID] for o in outputs])
-  decoder_inputs = np.array(model.shift_right(targets))  # 0 first: Marian's decoder start
+  decoder_inputs = np.array(transformer.shift_right(targets))  # 0 first: Marian's decoder start
   with torch.no_grad():
     theirs = hf_model(input_ids=torch.from_numpy(inputs).long(),
                       attention_mask=torch.from_numpy(inputs != 0).long(),

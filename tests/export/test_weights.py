@@ -6,7 +6,7 @@ import pytest
 
 from t2t_jax import configs
 from t2t_jax.export import weights
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer
 
 
 def test_models_the_engines_cannot_run_are_refused_with_the_reason():
@@ -21,7 +21,7 @@ def test_models_the_engines_cannot_run_are_refused_with_the_reason():
 
 def test_linear_maps_are_our_kernels_as_out_by_in():
   cfg = configs.get_config("demo", num_layers=1, d_model=16, d_ff=24, num_heads=2, vocab_size=20)
-  params = jax.device_get(model.init_params(cfg.model, jax.random.key(0)))
+  params = jax.device_get(transformer.init_params(cfg.model, jax.random.key(0)))
   w = weights.from_params(cfg, params)
   x = np.random.default_rng(0).standard_normal((3, cfg.d_model)).astype(np.float32)
   a = params["decoder"]["layers_0"]["cross_attention"]

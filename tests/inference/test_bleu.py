@@ -6,7 +6,7 @@ import math
 import pytest
 import sacrebleu
 
-from t2t_jax.inference import bleu as evaluate
+from t2t_jax.inference import bleu
 
 REFS = [
     "Die Rich-Text-Datei kostet 3,50 Euro.",
@@ -40,7 +40,7 @@ def multi_bleu(hyps, refs):
 
 
 def test_sacrebleu_scores_are_sacrebleus_own():
-  scores = evaluate.bleu_scores(HYPS, REFS, "de")
+  scores = bleu.bleu_scores(HYPS, REFS, "de")
   assert set(scores) == {"sacrebleu", "sacrebleu_intl", "paper"}
   assert scores["sacrebleu"]["score"] == pytest.approx(sacrebleu.corpus_bleu(HYPS, [REFS]).score)
   assert scores["sacrebleu_intl"]["score"] == pytest.approx(
@@ -51,30 +51,30 @@ def test_sacrebleu_scores_are_sacrebleus_own():
 
 
 def test_paper_tokenisation_splits_compounds_and_normalises_quotes():
-  assert evaluate.paper_tokenize(REFS[0], "de") == \
+  assert bleu.paper_tokenize(REFS[0], "de") == \
       "Die Rich ##AT##-##AT## Text ##AT##-##AT## Datei kostet 3,50 Euro ."
-  assert evaluate.paper_tokenize(REFS[1], "de") == \
+  assert bleu.paper_tokenize(REFS[1], "de") == \
       'Er sagte : " Das ist ein E ##AT##-##AT## Mail ##AT##-##AT## Programm . "'
   # Matches do not overlap, as with perl's s///g: the second hyphen of "a-b-c" stays.
-  assert evaluate.paper_tokenize("a-b-c", "de") == "a ##AT##-##AT## b-c"
-  assert evaluate.paper_tokenize(HYPS[1], "de") == evaluate.paper_tokenize(REFS[1], "de")
-  assert evaluate.paper_tokenize("Wir haben’s „so“ gewollt.", "de") == \
-      evaluate.paper_tokenize("Wir haben's \"so\" gewollt.", "de")
+  assert bleu.paper_tokenize("a-b-c", "de") == "a ##AT##-##AT## b-c"
+  assert bleu.paper_tokenize(HYPS[1], "de") == bleu.paper_tokenize(REFS[1], "de")
+  assert bleu.paper_tokenize("Wir haben’s „so“ gewollt.", "de") == \
+      bleu.paper_tokenize("Wir haben's \"so\" gewollt.", "de")
 
 
 def test_paper_score_is_multi_bleu_of_both_sides_tokenised():
-  scores = evaluate.bleu_scores(HYPS, REFS, "de")
-  tokenised_hyps = [evaluate.paper_tokenize(h, "de") for h in HYPS]
-  tokenised_refs = [evaluate.paper_tokenize(r, "de") for r in REFS]
+  scores = bleu.bleu_scores(HYPS, REFS, "de")
+  tokenised_hyps = [bleu.paper_tokenize(h, "de") for h in HYPS]
+  tokenised_refs = [bleu.paper_tokenize(r, "de") for r in REFS]
   assert any("##AT##-##AT##" in r for r in tokenised_refs)
   assert any("##AT##-##AT##" in h for h in tokenised_hyps)
   assert scores["paper"]["score"] == pytest.approx(multi_bleu(tokenised_hyps, tokenised_refs))
   # Quotes that differ only in style match under the paper's rules, not under 13a.
-  quoted = evaluate.bleu_scores(HYPS[1:2], REFS[1:2], "de")
+  quoted = bleu.bleu_scores(HYPS[1:2], REFS[1:2], "de")
   assert quoted["paper"]["score"] == pytest.approx(100.0)
   assert quoted["sacrebleu"]["score"] < 100.0
 
 
 def test_mismatched_line_counts_raise():
   with pytest.raises(ValueError, match="3 hypothesis lines but 4 reference lines"):
-    evaluate.bleu_scores(HYPS[:3], REFS, "de")
+    bleu.bleu_scores(HYPS[:3], REFS, "de")

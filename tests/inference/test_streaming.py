@@ -15,7 +15,7 @@ from t2t_jax.decoding import ensemble
 from t2t_jax.decoding import search as search_lib
 from t2t_jax.ids import EOS_ID
 from t2t_jax.inference import streaming
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer
 
 CFG = configs.get_config("demo", vocab_size=96, num_layers=1, d_model=16, d_ff=32, num_heads=2,
                          max_len=24, max_decode_extra=3, beam_size=2)
@@ -29,7 +29,7 @@ def tokenizer(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def members():
-  params = model.init_params(CFG.model, jax.random.key(0))
+  params = transformer.init_params(CFG.model, jax.random.key(0))
   # Peaked distributions with EOS in the middle of the pack: real, varied outputs.
   embedding = 10.0 * np.asarray(params["embedding"]["embedding"])
   embedding[EOS_ID] = 0.0

@@ -8,7 +8,7 @@ matplotlib.use("Agg")
 
 import numpy as np
 import pytest
-from matplotlib import colors as mcolors
+from matplotlib import colors
 
 from t2t_jax.inference import visualize
 
@@ -51,7 +51,7 @@ def test_plot_token_across_heads_draws_one_colour_per_head_weighted_by_attention
   drawn = [line for line in ax.lines if len(line.get_xdata()) == 2]
   per_head = {}
   for line in drawn:
-    per_head.setdefault(mcolors.to_hex(line.get_color()), []).append(line)
+    per_head.setdefault(colors.to_hex(line.get_color()), []).append(line)
   assert len(per_head) == 4  # distinct colours
   expected_counts = sorted(int((w[h, query] >= min_weight).sum()) for h in range(4))
   assert sorted(len(lines) for lines in per_head.values()) == expected_counts
@@ -91,12 +91,12 @@ def test_attention_maps_are_the_models_own_probabilities():
   import jax
 
   from t2t_jax import configs
-  from t2t_jax.model import transformer as model
+  from t2t_jax.model import transformer
 
   cfg = configs.get_config("demo", num_layers=2, d_model=32, d_ff=64, num_heads=4,
                            vocab_size=40, dropout_rate=0.0)
   # Random parameters of the model's shapes (no compile for init): peaked attention.
-  shapes = jax.eval_shape(functools.partial(model.init_params, cfg.model), jax.random.key(0))
+  shapes = jax.eval_shape(functools.partial(transformer.init_params, cfg.model), jax.random.key(0))
   rng = np.random.default_rng(3)
   params = jax.tree_util.tree_map(
       lambda s: (0.3 * rng.normal(size=s.shape)).astype(np.float32), shapes)

@@ -9,7 +9,7 @@ import pytest
 
 from t2t_jax import configs
 from t2t_jax.model import dropout
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer
 
 SHAPE = (64, 32, 256)  # [batch, length, d_model]; 524288 elements
 KEY = jax.random.key(0)
@@ -104,11 +104,11 @@ def test_the_model_draws_its_masks_with_the_configured_generator():
   cfg = configs.get_config("demo", vocab_size=40, num_layers=1, d_model=16, d_ff=32,
                            num_heads=2, dropout_rate=0.3, max_len=16)
   ids = jnp.asarray(np.random.default_rng(0).integers(3, 40, (2, 7)), jnp.int32)
-  params = model.init_params(cfg.model, jax.random.key(0))
+  params = transformer.init_params(cfg.model, jax.random.key(0))
 
   @functools.partial(jax.jit, static_argnums=0)
   def logits(generator, key):
-    return model.Transformer(cfg.replace(dropout_generator=generator).model).apply(
+    return transformer.Transformer(cfg.replace(dropout_generator=generator).model).apply(
         {"params": params}, ids, ids, train=True, rngs={"dropout": key})
 
   hashed, threefry = logits("hash", jax.random.key(5)), logits("threefry", jax.random.key(5))

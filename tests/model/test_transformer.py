@@ -11,7 +11,7 @@ import pytest
 from t2t_jax import configs
 from t2t_jax.model import dropout as dropout_lib
 from t2t_jax.model import logits as logits_lib
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer
 
 # Tiny, with d_k != d_v so that a swapped projection cannot go unnoticed.
 CFG = configs.get_config("demo", vocab_size=23, num_layers=2, d_model=16, d_ff=32, num_heads=2,
@@ -36,14 +36,14 @@ TARGETS = _batch(RNG, 3, 6, [6, 6, 3])
 
 @functools.lru_cache(maxsize=None)
 def _params(cfg):
-  return model.init_params(cfg.model, jax.random.key(0))
+  return transformer.init_params(cfg.model, jax.random.key(0))
 
 
 @functools.lru_cache(maxsize=None)
 def _forward_with_weights(cfg):
   """jit(apply) returning (logits, intermediates); one compile per config serves every test."""
   def fwd(params, inputs, targets):
-    return model.Transformer(cfg.model).apply(
+    return transformer.Transformer(cfg.model).apply(
         {"params": params}, inputs, targets, mutable=["intermediates"])
   return jax.jit(fwd)
 
@@ -55,12 +55,12 @@ def _forward(cfg):
 def _cached_logits(cfg, params, inputs, targets, layout="row_major"):
   """decode_step over every position (traced), feeding the shifted targets: [batch, length, vocab]."""
   # Two spare cache slots: unwritten (zero) keys must stay masked.
-  cache = model.init_cache(cfg.model, params, inputs, targets.shape[1] + 2)
+  cache = transformer.init_cache(cfg.model, params, inputs, targets.shape[1] + 2)
   def body(cache, xs):
     token, position = xs
-    logits, cache = model.decode_step(cfg.model, params, cache, token, position, layout)
+    logits, cache = transformer.decode_step(cfg.model, params, cache, token, position, layout)
     return cache, logits_lib.row_major(logits)
-  decoder_inputs = model.shift_right(targets).T                        # [length, batch]
+  decoder_inputs = transformer.shift_right(targets).T                  # [length, batch]
   _, logits = jax.lax.scan(body, cache, (decoder_inputs, jnp.arange(targets.shape[1])))
   return jnp.swapaxes(logits, 0, 1)
 
@@ -130,18 +130,19 @@ def test_cache_leaves_have_leading_batch_and_decode_step_keeps_the_structure():
   # Shapes only (beam search tiles/gathers every leaf along axis 0); the values
   # are checked by test_cached_decoding_reproduces_full_forward.
   params = _params(CFG)
-  cache = jax.eval_shape(lambda p, i: model.init_cache(CFG.model, p, i, 5), params, INPUTS)
+  cache = jax.eval_shape(lambda p, i: transformer.init_cache(CFG.model, p, i, 5), params, INPUTS)
   for leaf in jax.tree.leaves(cache):
     assert leaf.shape[0] == INPUTS.shape[0]
   logits, new_cache = jax.eval_shape(
-      functools.partial(model.decode_step, CFG.model), params, cache, jnp.zeros((3,), jnp.int32), 0)
+      functools.partial(transformer.decode_step, CFG.model), params, cache,
+      jnp.zeros((3,), jnp.int32), 0)
   assert logits.shape == (3, 23) and logits.dtype == jnp.float32
-  major, _ = jax.eval_shape(functools.partial(model.decode_step, CFG.model,
+  major, _ = jax.eval_shape(functools.partial(transformer.decode_step, CFG.model,
                                               logits_layout="vocab_major"),
                             params, cache, jnp.zeros((3,), jnp.int32), 0)
   assert isinstance(major, logits_lib.VocabMajor) and major.logits.shape == (23, 3)
   with pytest.raises(ValueError, match="logits layout 'columns' is not one of"):
-    model.decode_step(CFG.model, params, model.init_cache(CFG.model, params, INPUTS, 5),
+    transformer.decode_step(CFG.model, params, transformer.init_cache(CFG.model, params, INPUTS, 5),
                       jnp.zeros((3,), jnp.int32), 0, logits_layout="columns")
   assert jax.tree.structure(new_cache) == jax.tree.structure(cache)
   assert all(jax.tree.leaves(jax.tree.map(lambda a, b: a.shape == b.shape, new_cache, cache)))
@@ -184,7 +185,8 @@ def test_restricted_attention_puts_zero_weight_beyond_the_window():
 
 def test_jit_and_no_jit_agree():
   params = _params(CFG_VARIANT)   # one layer: op-by-op dispatch is slow
-  eager = model.Transformer(CFG_VARIANT.model).apply({"params": params}, INPUTS[:1], TARGETS[:1])
+  eager = transformer.Transformer(CFG_VARIANT.model).apply({"params": params}, INPUTS[:1],
+                                                           TARGETS[:1])
   jitted = _forward(CFG_VARIANT)(params, INPUTS, TARGETS)[:1]
   np.testing.assert_allclose(eager, jitted, atol=1e-5)
 
@@ -192,10 +194,11 @@ def test_jit_and_no_jit_agree():
 def test_bfloat16_compute_stays_close_to_float32_with_float32_params():
   cfg16 = CFG.replace(dtype="bfloat16")
   params = _params(CFG)
-  shapes = jax.eval_shape(functools.partial(model.init_params, cfg16.model), jax.random.key(0))
+  shapes = jax.eval_shape(functools.partial(transformer.init_params, cfg16.model),
+                          jax.random.key(0))
   assert all(x.dtype == jnp.float32 for x in jax.tree.leaves(shapes))
   f32 = np.asarray(_forward(CFG)(params, INPUTS, TARGETS))
-  both = jax.jit(lambda p, i, t: (model.Transformer(cfg16.model).apply({"params": p}, i, t),
+  both = jax.jit(lambda p, i, t: (transformer.Transformer(cfg16.model).apply({"params": p}, i, t),
                                   _cached_logits(cfg16, p, i, t)))     # one compile
   b16, cached = both(params, INPUTS, TARGETS)
   assert b16.dtype == cached.dtype == jnp.float32
@@ -207,7 +210,7 @@ def test_bfloat16_compute_stays_close_to_float32_with_float32_params():
 
 def test_train_mode_applies_dropout_from_the_given_key():
   params = _params(CFG)
-  train = jax.jit(lambda key: model.Transformer(CFG.model).apply(
+  train = jax.jit(lambda key: transformer.Transformer(CFG.model).apply(
       {"params": params}, INPUTS, TARGETS, train=True, rngs={"dropout": key}))
   key = jax.random.key  # the hash masks draw only two seeds from it (model/dropout.py)
   a, b, a2 = train(key(1)), train(key(2)), train(key(1))
@@ -219,9 +222,10 @@ def test_train_mode_applies_dropout_from_the_given_key():
 def test_learned_positions_reject_sequences_longer_than_max_len():
   too_long = jnp.ones((1, CFG_VARIANT.max_len + 1), jnp.int32)
   with pytest.raises(ValueError, match="max_len"):
-    model.Transformer(CFG_VARIANT.model).apply({"params": _params(CFG_VARIANT)}, too_long, too_long)
+    transformer.Transformer(CFG_VARIANT.model).apply({"params": _params(CFG_VARIANT)}, too_long,
+                                                     too_long)
   with pytest.raises(ValueError, match="max_len"):
-    model.init_cache(CFG_VARIANT.model, _params(CFG_VARIANT), INPUTS, CFG_VARIANT.max_len + 1)
+    transformer.init_cache(CFG_VARIANT.model, _params(CFG_VARIANT), INPUTS, CFG_VARIANT.max_len + 1)
 
 
 # d_k == d_v and no attention dropout: the fused attention path applies.
@@ -230,7 +234,7 @@ CFG_FUSED = CFG.replace(d_v=8, attention_dropout_rate=0.0)
 
 def _plain_forward(cfg):
   """jit(apply) without the intermediates collection, so the fused path may run."""
-  return jax.jit(lambda p, i, t, *segments: model.Transformer(cfg.model).apply(
+  return jax.jit(lambda p, i, t, *segments: transformer.Transformer(cfg.model).apply(
       {"params": p}, i, t, False, *segments))
 
 
@@ -244,7 +248,7 @@ def test_fused_attention_gives_the_reference_logits_and_gradients():
 
   def loss(cfg):
     def f(p):
-      logits = model.Transformer(cfg.model).apply({"params": p}, INPUTS, TARGETS)
+      logits = transformer.Transformer(cfg.model).apply({"params": p}, INPUTS, TARGETS)
       logp = jax.nn.log_softmax(logits)
       return -jnp.sum(jnp.take_along_axis(logp, TARGETS[..., None], -1)[..., 0] * real)
     return jax.jit(jax.grad(f))(params)
@@ -282,7 +286,7 @@ def test_packed_rows_give_each_sentence_its_unpacked_logits(cfg):
   if cfg is CFG_FUSED:
     fwd = lambda b, *seg: _plain_forward(cfg)(params, b["inputs"], b["targets"], *seg)
   else:
-    fwd = lambda b, *seg: jax.jit(lambda p, i, t, *s: model.Transformer(cfg.model).apply(
+    fwd = lambda b, *seg: jax.jit(lambda p, i, t, *s: transformer.Transformer(cfg.model).apply(
         {"params": p}, i, t, False, *s, mutable=["intermediates"])[0])(
             params, b["inputs"], b["targets"], *seg)
   want = np.asarray(fwd(alone))
@@ -300,7 +304,7 @@ def test_packed_rows_give_each_sentence_its_unpacked_logits(cfg):
 def test_segments_must_come_in_pairs():
   seg = jnp.ones_like(TARGETS)
   with pytest.raises(ValueError, match="both"):
-    model.Transformer(CFG_FUSED.model).apply({"params": _params(CFG_FUSED)}, INPUTS, TARGETS,
+    transformer.Transformer(CFG_FUSED.model).apply({"params": _params(CFG_FUSED)}, INPUTS, TARGETS,
                                        False, None, seg)
 
 
@@ -351,7 +355,7 @@ def test_dropout_sits_on_each_sublayer_output_and_on_the_embedding_sums():
       index = len(reached) - 1
       return jnp.where(site == index, jnp.zeros_like(args[0]), next_fun(*args, **kwargs))
     with nn.intercept_methods(drop_site):
-      return model.Transformer(cfg.model).apply({"params": params}, INPUTS, TARGETS)
+      return transformer.Transformer(cfg.model).apply({"params": params}, INPUTS, TARGETS)
 
   dropped = jax.jit(forward)
   plain = np.asarray(_forward(cfg)(params, INPUTS, TARGETS))
@@ -367,8 +371,9 @@ def test_dropout_sits_on_each_sublayer_output_and_on_the_embedding_sums():
 
 
 def test_the_model_takes_a_model_config_and_names_the_fix_for_a_run_config():
-  assert model.Transformer(CFG.model).config == CFG.model
-  for make in (lambda: model.Transformer(CFG), lambda: model.init_params(CFG, jax.random.key(0)),
-               lambda: model.init_cache(CFG, _params(CFG), INPUTS, 4)):
+  assert transformer.Transformer(CFG.model).config == CFG.model
+  for make in (lambda: transformer.Transformer(CFG),
+               lambda: transformer.init_params(CFG, jax.random.key(0)),
+               lambda: transformer.init_cache(CFG, _params(CFG), INPUTS, 4)):
     with pytest.raises(TypeError, match="not a TransformerConfig: pass cfg.model"):
       make()

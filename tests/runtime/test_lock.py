@@ -10,7 +10,7 @@ import time
 
 import pytest
 
-from t2t_jax.runtime import lock as workdir_lock
+from t2t_jax.runtime import lock as lock_lib
 from t2t_jax.runtime.lock import RunLock, WorkdirBusyError
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
@@ -18,8 +18,8 @@ ROOT = pathlib.Path(__file__).resolve().parents[2]
 # Holds the run lock of argv[1] until its stdin closes; says HELD once it has it.
 _HOLDER = """
 import sys
-from t2t_jax.runtime import lock as workdir_lock
-with workdir_lock.RunLock(sys.argv[1]):
+from t2t_jax.runtime import lock
+with lock.RunLock(sys.argv[1]):
   print("HELD", flush=True)
   sys.stdin.read()
 """
@@ -32,8 +32,8 @@ def _python(code, *args, **kwargs):
 
 
 def _write_lock(workdir, **fields):
-  record = {**workdir_lock.this_process(), **fields}
-  (workdir / workdir_lock.LOCK_FILE).write_text(json.dumps(record))
+  record = {**lock_lib.this_process(), **fields}
+  (workdir / lock_lib.LOCK_FILE).write_text(json.dumps(record))
   return record
 
 
@@ -47,8 +47,8 @@ def test_lock_file_names_this_process_and_is_removed_on_release(tmp_path):
   with RunLock(tmp_path) as lock:
     holder = json.loads(lock.path.read_text())
     assert holder["pid"] == os.getpid()
-    assert holder["host"] == workdir_lock.this_process()["host"]
-  assert not (tmp_path / workdir_lock.LOCK_FILE).exists()
+    assert holder["host"] == lock_lib.this_process()["host"]
+  assert not (tmp_path / lock_lib.LOCK_FILE).exists()
   with RunLock(tmp_path):  # free again
     pass
 
@@ -60,7 +60,7 @@ def test_second_process_refuses_naming_the_running_one(tmp_path):
     with pytest.raises(WorkdirBusyError) as error:
       RunLock(tmp_path).acquire()
     message = str(error.value)
-    assert f"pid {holder.pid} on host {workdir_lock.this_process()['host']}" in message
+    assert f"pid {holder.pid} on host {lock_lib.this_process()['host']}" in message
     assert "\n" not in message and "--workdir" in message
   finally:
     holder.stdin.close()
@@ -75,7 +75,7 @@ def test_lock_of_a_killed_process_is_taken_over(tmp_path, caplog):
   assert holder.stdout.readline().strip() == "HELD", holder.stderr.read()
   holder.kill()
   holder.wait()
-  assert (tmp_path / workdir_lock.LOCK_FILE).exists()  # a SIGKILL leaves it behind
+  assert (tmp_path / lock_lib.LOCK_FILE).exists()  # a SIGKILL leaves it behind
   with caplog.at_level(logging.WARNING, "t2t_jax.runtime.lock"):
     with RunLock(tmp_path) as lock:
       assert json.loads(lock.path.read_text())["pid"] == os.getpid()
@@ -90,21 +90,21 @@ def test_reused_pid_and_garbled_files_are_stale(tmp_path, caplog):
       pass
   assert "now belongs to another process" in caplog.text
   for garbage in ("", "{\"pid\": ", "\x00\x01", "[1, 2]"):
-    (tmp_path / workdir_lock.LOCK_FILE).write_text(garbage)
+    (tmp_path / lock_lib.LOCK_FILE).write_text(garbage)
     with RunLock(tmp_path):
       pass
   # A live process whose start time matches is not stale.
-  _write_lock(tmp_path, pid=os.getppid(), start=workdir_lock._process_start(os.getppid()))
+  _write_lock(tmp_path, pid=os.getppid(), start=lock_lib._process_start(os.getppid()))
   with pytest.raises(WorkdirBusyError, match=f"pid {os.getppid()}"):
     RunLock(tmp_path).acquire()
 
 
 def test_another_hosts_lock_is_respected_until_its_heartbeat_stops(tmp_path):
   record = _write_lock(tmp_path, host="other-host", pid=_dead_pid(), boot_id="x")
-  path = tmp_path / workdir_lock.LOCK_FILE
+  path = tmp_path / lock_lib.LOCK_FILE
   with pytest.raises(WorkdirBusyError, match="on host other-host"):
     RunLock(tmp_path).acquire()  # its pid means nothing here
-  old = time.time() - workdir_lock.STALE_SECONDS - 60
+  old = time.time() - lock_lib.STALE_SECONDS - 60
   os.utime(path, (old, old))
   with RunLock(tmp_path) as lock:
     assert json.loads(path.read_text())["pid"] == os.getpid()
@@ -129,7 +129,7 @@ def test_heartbeat_keeps_the_lock_fresh_and_release_spares_a_foreign_lock(tmp_pa
 # Builds argv[1] with build_once after a pause; records each build in argv[2].
 _BUILDER = """
 import os, pathlib, sys, time
-from t2t_jax.runtime import lock as workdir_lock
+from t2t_jax.runtime import lock
 target, log = pathlib.Path(sys.argv[1]), pathlib.Path(sys.argv[2])
 def build():
   with open(log, "a") as f:
@@ -139,7 +139,7 @@ def build():
   tmp.write_text("built")
   os.replace(tmp, target)
   return "built"
-print(workdir_lock.build_once(target, build, target.parent / ".locks"), flush=True)
+print(lock.build_once(target, build, target.parent / ".locks"), flush=True)
 """
 
 
@@ -163,8 +163,8 @@ def test_build_once_rebuilds_what_fails_the_ready_check(tmp_path):
     target.write_text("model")
     return 1
   ready = lambda p: p.exists() and p.stat().st_size > 0
-  assert workdir_lock.build_once(target, build, tmp_path / ".locks", ready) == 1
-  assert workdir_lock.build_once(target, build, tmp_path / ".locks", ready) is None
+  assert lock_lib.build_once(target, build, tmp_path / ".locks", ready) == 1
+  assert lock_lib.build_once(target, build, tmp_path / ".locks", ready) is None
   assert target.read_text() == "model"
 
 
@@ -172,6 +172,6 @@ def test_the_lock_is_reentrant_within_a_process(tmp_path):
   with RunLock(tmp_path) as outer:
     with RunLock(tmp_path) as inner:
       assert inner.held
-    assert (tmp_path / workdir_lock.LOCK_FILE).exists(), "the inner release removed it"
+    assert (tmp_path / lock_lib.LOCK_FILE).exists(), "the inner release removed it"
     assert json.loads(outer.path.read_text())["pid"] == os.getpid()
-  assert not (tmp_path / workdir_lock.LOCK_FILE).exists()
+  assert not (tmp_path / lock_lib.LOCK_FILE).exists()

@@ -23,7 +23,7 @@ import numpy as np
 import pytest
 
 import trained
-from t2t_jax.inference import translator as inference
+from t2t_jax.inference import translator
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import checkpoint
 from t2t_jax.runtime import workdir as workdir_lib
@@ -37,18 +37,18 @@ PAUSE_AT = 14  # process 1 waits after this step's metrics until the test has si
 # PAUSE_AT's metrics until that file exists.
 _DRIVER = """
 import os, sys, time
-from t2t_jax.cli import train as t2t_train
-from t2t_jax.train import trainer as train
+from t2t_jax.cli import train
+from t2t_jax.train import trainer
 if os.environ.get("T2T_TEST_PAUSE"):
-  read_metrics = train.Trainer.read_metrics
+  read_metrics = trainer.Trainer.read_metrics
   def pause(self, step, *args):
     read_metrics(self, step, *args)
     if step == PAUSE_AT:
       print("PAUSED", flush=True)
       while not os.path.exists(os.environ["T2T_TEST_PAUSE"]):
         time.sleep(0.02)
-  train.Trainer.read_metrics = pause
-t2t_train.main(sys.argv[1:])
+  trainer.Trainer.read_metrics = pause
+train.main(sys.argv[1:])
 """.replace("PAUSE_AT", str(PAUSE_AT))
 
 
@@ -181,6 +181,6 @@ def test_two_processes_train_like_one_survive_kills_and_restore_in_one(tmp_path,
   for a, b in zip(jax.tree.leaves(params), jax.tree.leaves(ref_params)):
     np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
   cfg = workdir_lib.load_config(workdir)
-  tokenizer = inference.load_tokenizer(workdir)
-  hyps = inference.Translator.from_params(cfg, params, tokenizer).translate(["the house is small"])
+  tokenizer = translator.load_tokenizer(workdir)
+  hyps = translator.Translator.from_params(cfg, params, tokenizer).translate(["the house is small"])
   assert len(hyps) == 1 and hyps[0]

@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from t2t_jax import configs
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer
 from t2t_jax.train import flops
 from t2t_jax.train import loss
 
@@ -33,11 +33,11 @@ def test_forward_and_training_flops_count_every_traced_matmul():
   # d_k != d_v and S != T so that no term can stand in for another.
   cfg = configs.get_config("demo", vocab_size=50, num_layers=2, d_model=16, d_ff=24,
                            num_heads=2, d_k=4, d_v=6, max_len=32)
-  params = jax.eval_shape(lambda k: model.init_params(cfg.model, k), jax.random.key(0))
+  params = jax.eval_shape(lambda k: transformer.init_params(cfg.model, k), jax.random.key(0))
   source, target = jnp.ones((1, 7), jnp.int32), jnp.ones((1, 5), jnp.int32)
 
   def forward(p):
-    return model.Transformer(cfg.model).apply({"params": p}, source, target)
+    return transformer.Transformer(cfg.model).apply({"params": p}, source, target)
 
   def train_loss(p):
     return loss.compute_metrics(forward(p), target, cfg.label_smoothing)["loss"]

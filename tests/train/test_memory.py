@@ -5,7 +5,7 @@ import math
 import pytest
 
 from t2t_jax import configs
-from t2t_jax.data import dataset as data
+from t2t_jax.data import dataset
 from t2t_jax.train import memory
 
 # Tiny; no explicit max_tokens_per_device, so resolving it compiles.
@@ -44,13 +44,13 @@ def test_a_small_device_gets_accumulation_that_fits(sizes, monkeypatch):
   monkeypatch.setattr(memory, "device_memory",
                       lambda device=None: int(budget / (1 - CFG.memory_margin)) + 1)
   cfg = memory.resolve_max_tokens_per_device(CFG, 1, LENGTH)
-  accum = data.accum_steps(cfg, 1)
+  accum = dataset.accum_steps(cfg, 1)
   assert 2 <= accum <= 4
   rows = math.ceil(CFG.tokens_per_batch // LENGTH / accum)      # the longest batches' micro-step
   assert memory.step_memory(CFG, rows, LENGTH).peak <= budget
   # On a device that holds it all, one micro-step per update.
   monkeypatch.setattr(memory, "device_memory", lambda device=None: 1 << 40)
-  assert data.accum_steps(memory.resolve_max_tokens_per_device(CFG, 1, LENGTH), 1) == 1
+  assert dataset.accum_steps(memory.resolve_max_tokens_per_device(CFG, 1, LENGTH), 1) == 1
 
 
 def test_nothing_fits_is_a_clear_error(monkeypatch):

@@ -43,7 +43,7 @@ import json, os, sys, time
 from t2t_jax import configs
 from t2t_jax.cli import exits
 from t2t_jax.runtime import checkpoint
-from t2t_jax.train import trainer as train
+from t2t_jax.train import trainer
 restore = checkpoint.Checkpointer.restore_latest
 def spy(self, target):
   restored = restore(self, target)
@@ -51,17 +51,17 @@ def spy(self, target):
   return restored
 checkpoint.Checkpointer.restore_latest = spy
 if len(sys.argv) > 3:
-  read_metrics = train.Trainer.read_metrics
+  read_metrics = trainer.Trainer.read_metrics
   def pause(self, step, *args):
     read_metrics(self, step, *args)
     if step == PAUSE_AT:
       print("PAUSED", flush=True)
       while not os.path.exists(sys.argv[3]):
         time.sleep(0.02)
-  train.Trainer.read_metrics = pause
+  trainer.Trainer.read_metrics = pause
 @exits.command
 def main(argv):
-  train.train_and_evaluate(configs.get_config("demo", **json.loads(sys.argv[1])), sys.argv[2])
+  trainer.train_and_evaluate(configs.get_config("demo", **json.loads(sys.argv[1])), sys.argv[2])
   print("FINISHED", flush=True)
 main(None)
 """.replace("PAUSE_AT", "4")

@@ -11,7 +11,7 @@ import numpy as np
 import pytest
 
 from t2t_jax import configs
-from t2t_jax.model import transformer as model
+from t2t_jax.model import transformer
 from t2t_jax.train import loss
 from t2t_jax.train import optim
 from t2t_jax.train import parallel
@@ -66,7 +66,7 @@ def test_one_device_update_is_the_token_mean_gradient(setup, one_device):
   new_state, metrics = one_device
 
   def mean_loss(params):
-    logits = model.Transformer(cfg.model).apply({"params": params}, batch["inputs"],
+    logits = transformer.Transformer(cfg.model).apply({"params": params}, batch["inputs"],
                                                 batch["targets"])
     sums = loss.compute_metrics(logits, jnp.asarray(batch["targets"]), cfg.label_smoothing)
     return sums["loss"] / sums["tokens"], sums

@@ -21,12 +21,12 @@ import numpy as np
 import pytest
 
 from t2t_jax import configs
-from t2t_jax.data import dataset as data
+from t2t_jax.data import dataset
 from t2t_jax.data import demo
 from t2t_jax.runtime import checkpoint
 from t2t_jax.train import metrics_writer
 from t2t_jax.train import memory
-from t2t_jax.train import trainer as train
+from t2t_jax.train import trainer as trainer_lib
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 
@@ -42,10 +42,10 @@ _SCRIPT = """
 import json, shutil, sys
 from t2t_jax import configs
 from t2t_jax.train import memory
-from t2t_jax.train import trainer as train
+from t2t_jax.train import trainer
 plan = json.loads(sys.argv[1])
 for i, run in enumerate(plan["runs"]):
-  summary = train.train_and_evaluate(configs.get_config("demo", **run), sys.argv[2])
+  summary = trainer.train_and_evaluate(configs.get_config("demo", **run), sys.argv[2])
   if i == 0:
     for step in plan.get("then_delete_checkpoints", []):
       shutil.rmtree(f"{sys.argv[2]}/checkpoints/{step}")
@@ -57,13 +57,13 @@ print("SUMMARY " + json.dumps(summary))
 def corpus(tmp_path_factory):
   """A work directory holding a 10000-pair demo corpus and its vocabulary.
 
-  Each test copies `data/demo` (where data.prepare looks before generating the
+  Each test copies `data/demo` (where dataset.prepare looks before generating the
   full corpus) and `vocab` (so SentencePiece is trained once) into its own.
   """
   workdir = tmp_path_factory.mktemp("corpus")
   demo.write_corpus(str(workdir / "data" / "demo"), num_train=10000, num_dev=64,
                            num_test=16)
-  data.prepare(configs.get_config("demo", **TINY), str(workdir))
+  dataset.prepare(configs.get_config("demo", **TINY), str(workdir))
   return workdir
 
 
@@ -139,7 +139,7 @@ def test_divergence_stops_naming_the_step_and_saves_no_bad_state(tmp_path, corpu
   cfg = configs.get_config("demo", **{**TINY, "learning_rate_scale": 1e38,
                                       "checkpoint_every_steps": 1, "num_train_steps": 6})
   with pytest.raises(FloatingPointError, match=r"diverged at step \d+") as error:
-    train.train_and_evaluate(cfg, workdir)
+    trainer_lib.train_and_evaluate(cfg, workdir)
   bad_step = int(str(error.value).split("diverged at step ")[1].split(":")[0])
   assert 1 < bad_step <= 6
   saved = checkpoint.Checkpointer(workdir, cfg).all_steps()
@@ -156,7 +156,7 @@ def test_out_of_device_memory_names_the_setting_to_lower(tmp_path, corpus, monke
     raise jax.errors.JaxRuntimeError(
         "RESOURCE_EXHAUSTED: Out of memory while trying to allocate 17.00GiB.\ndetails")
 
-  with train.Trainer(cfg, workdir) as trainer:
+  with trainer_lib.Trainer(cfg, workdir) as trainer:
     monkeypatch.setattr(trainer, "devices", dataclasses.replace(trainer.devices,
                                                                 train_step=exhausted))
     with pytest.raises(memory.DeviceMemoryError) as error:
