@@ -320,7 +320,7 @@ def test_stored_programs_are_loaded_not_compiled_and_translate_the_same(random_w
   sources = [reference.tokenizer.encode(line)[:-1] for line in lines]
   rows, width = sentence_batches.source_rows(sources, reference.cfg.decode_batch_size,
                                              reference.cfg.max_len).shape
-  store_programs = translator_lib.Translator.store_programs     # that shape's alone, to be quick
+  store_programs = translator_lib.Translator.store_programs  # that shape's alone, to be quick
   monkeypatch.setattr(translator_lib.Translator, "store_programs",
                       lambda self: store_programs(self, rows=[rows], widths=[width]))
   caplog.set_level(logging.INFO)

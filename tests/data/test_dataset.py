@@ -256,7 +256,7 @@ _PREPARE = """
 import json, logging, sys
 from t2t_jax import configs
 from t2t_jax.data import dataset
-logging.basicConfig(level=logging.INFO)
+logging.basicConfig(level=logging.INFO, force=True)  # orbax's import set a WARNING one
 dataset.prepare(configs.get_config("base", **json.loads(sys.argv[2])), sys.argv[1])
 """
 
