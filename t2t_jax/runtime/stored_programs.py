@@ -47,7 +47,6 @@ import pathlib
 import pickle
 import platform as platform_lib
 import secrets
-import tempfile
 import threading
 from typing import Any, Callable, Optional
 
@@ -56,6 +55,7 @@ import jaxlib
 from jax.experimental import serialize_executable
 
 from t2t_jax import errors
+from t2t_jax.runtime import workdir
 
 log = logging.getLogger(__name__)
 
@@ -182,17 +182,6 @@ def _as_read(key: dict[str, Any]) -> dict[str, Any]:
 
 def _digest(key: dict[str, Any]) -> str:
   return hashlib.sha256(json.dumps(key, sort_keys=True).encode()).hexdigest()[:32]
-
-
-def _write_atomic(path: pathlib.Path, data: bytes) -> None:
-  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
-  try:
-    with os.fdopen(fd, "wb") as f:
-      f.write(data)
-    os.replace(tmp, path)
-  except BaseException:
-    pathlib.Path(tmp).unlink(missing_ok=True)
-    raise
 
 
 class Store:
@@ -340,8 +329,8 @@ class Store:
                 "bytes": len(data)}
     try:
       base.parent.mkdir(parents=True, exist_ok=True)
-      _write_atomic(base.with_suffix(".bin"), data)
-      _write_atomic(base.with_suffix(".json"),
+      workdir.write_bytes_atomic(base.with_suffix(".bin"), data)
+      workdir.write_bytes_atomic(base.with_suffix(".json"),
                     (json.dumps(manifest, indent=1, sort_keys=True) + "\n").encode())
     except OSError as e:
       self._say_once("write", "Compiled programs not stored in %s (%s): they are compiled "

@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import pathlib
+import tempfile
 from typing import Any
 
 from t2t_jax import configs
@@ -29,12 +30,23 @@ RESUMABLE_FIELDS = frozenset({
 })
 
 
-def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
-  """Writes `obj` so that a reader never sees half a file, even after a kill."""
+def write_bytes_atomic(path: str | os.PathLike, data: bytes) -> None:
+  """Writes `data` so that a reader never sees half a file, even after a kill or beside
+  another process writing the same path (each writes its own temporary file)."""
   path = pathlib.Path(path)
-  tmp = path.with_suffix(path.suffix + ".tmp")
-  tmp.write_text(json.dumps(obj, indent=2, sort_keys=True) + "\n")
-  os.replace(tmp, path)
+  fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=path.name, suffix=".tmp")
+  try:
+    with os.fdopen(fd, "wb") as f:
+      f.write(data)
+    os.replace(tmp, path)
+  except BaseException:
+    pathlib.Path(tmp).unlink(missing_ok=True)
+    raise
+
+
+def write_json_atomic(path: str | os.PathLike, obj: Any) -> None:
+  """Writes `obj` as JSON, atomically (`write_bytes_atomic`)."""
+  write_bytes_atomic(path, (json.dumps(obj, indent=2, sort_keys=True) + "\n").encode())
 
 
 def load_config(workdir: str | os.PathLike) -> configs.TransformerConfig:
