@@ -161,6 +161,13 @@ def _avals(args: tuple) -> tuple[Any, tuple]:
                      for x in map(jax.typeof, leaves))
 
 
+def _signature(args: tuple) -> tuple[Any, tuple]:
+  """`_avals` as the arrays give them, uncanonicalised: cheaper, for the in-memory lookup
+  that every call makes (a beam state has dozens of leaves)."""
+  leaves, tree = jax.tree_util.tree_flatten(args)
+  return tree, tuple((x.shape, x.dtype, getattr(x, "weak_type", False)) for x in leaves)
+
+
 def program_key(fn: Callable, args: tuple, static: dict[str, Any]) -> dict[str, Any]:
   """What `fn(*args, **static)` compiles to, as JSON: see the module docstring."""
   tree, avals = _avals(args)
@@ -219,8 +226,7 @@ class Store:
   def call(self, fn: Callable, *args: Any, **static: Any) -> Any:
     """`fn(*args, **static)` for a `jax.jit` function whose keyword arguments are its static
     ones, through the stored program."""
-    tree, avals = _avals(args)
-    memo = (fn, tuple(sorted(static.items())), tree, avals)
+    memo = (fn, tuple(sorted(static.items())), *_signature(args))
     compiled = self._memory.get(memo)
     if compiled is not None:
       return compiled(*args)
