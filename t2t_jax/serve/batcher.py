@@ -11,13 +11,18 @@ A batch's budget is in source tokens (`tokens(line)`: its pieces and EOS, what
 its row of the batch holds): a worker takes a batch once the lines queued with
 the oldest waiting line's settings hold `max_tokens` tokens (or `max_batch`
 lines, the rows of one decoded batch), or once that line has waited `max_wait`
-seconds. It takes them one line per request in turn (oldest request first)
-while they fit the budget, so a long request is split across batches and the
-short requests that came after it ride in the next batch instead of waiting for
-all of it; a line that did not fit goes first in the next batch (alone if it is
-over the budget by itself). The engine sorts a batch's lines by length into its
-bucket shapes. `workers` batches decode at once: while one
-decodes, the next one fills (two in flight on a CPU, as `in_flight.DEFAULT`).
+seconds. A batch is built around one line of the request whose turn it is (the
+one that has waited longest since a batch last took a line of it), then filled
+with the queued lines nearest to that line in tokens, while they fit the
+budget: lines of similar length share a batch, so it pads little and none of
+its sentences waits long for the longest one to finish (a decoded batch runs
+until its longest output ends; docs/benchmarks.md, "Serving"). Of lines equally
+near, each request's first waiting line goes before any request's second, and
+older requests first: a long request is split across batches and the requests
+that came after it ride in the next batch instead of waiting for all of it; a
+line that does not fit the budget waits for a batch of its own turn (alone if it
+is over the budget by itself). `workers` batches decode at once: while one
+decodes, the next one fills.
 The queue holds at most `max_queue` lines: a request that does not fit is
 refused at once (`Overloaded`) rather than held in memory.
 """
@@ -27,6 +32,7 @@ from __future__ import annotations
 import collections
 import concurrent.futures
 import dataclasses
+import itertools
 import logging
 import threading
 import time
@@ -50,23 +56,24 @@ class _Request:
   lines: list[str]
   settings: Hashable
   future: concurrent.futures.Future
-  arrived: float
+  arrived: float           # time.monotonic()
+  number: int              # arrival order
   results: list[Any]
   tokens: list[int]        # each line's source tokens
-  taken: int = 0           # lines handed to a batch so far (in order)
-  skipped: bool = False    # its next line did not fit in the last batch's token budget
+  untaken: list[int] = dataclasses.field(default_factory=list)   # lines not yet in a batch
+  served: int = -1         # the number of the last batch that took one of its lines
   left: int = 0            # results still to come
 
   @property
   def waiting(self) -> int:
-    return len(self.lines) - self.taken
+    return len(self.untaken)
 
 
 class Batcher:
   """Queues lines of many requests and decodes them in shared batches on worker threads."""
 
   def __init__(self, translate: Translate, *, tokens: Callable[[str], int], max_tokens: int,
-               max_batch: int, max_queue: int, max_wait: float = 0.005, workers: int = 2,
+               max_batch: int, max_queue: int, max_wait: float = 0.005, workers: int = 3,
                on_batch: Optional[Callable[[int, float], None]] = None):
     """`translate(lines, settings)` decodes one batch; `tokens(line)` counts a line's source
     tokens (on the submitting thread); `on_batch(lines, seconds)` after each batch."""
@@ -80,6 +87,8 @@ class Batcher:
     self._waiting: collections.OrderedDict[int, _Request] = collections.OrderedDict()
     self._by_future: dict[concurrent.futures.Future, _Request] = {}
     self._queued = 0
+    self._arrived = itertools.count()
+    self._batches = itertools.count()
     self._stopping = False
     self._threads = [threading.Thread(target=self._work, name=f"t2t_jax-batcher-{i}", daemon=True)
                      for i in range(workers)]
@@ -115,8 +124,8 @@ class Batcher:
       if self._queued + len(lines) > self.max_queue:
         raise Overloaded(f"the queue holds {self._queued} of at most {self.max_queue} lines; "
                          f"{len(lines)} more do not fit")
-      request = _Request(list(lines), settings, future, time.monotonic(), [None] * len(lines),
-                         tokens, left=len(lines))
+      request = _Request(list(lines), settings, future, time.monotonic(), next(self._arrived),
+                         [None] * len(lines), tokens, list(range(len(lines))), left=len(lines))
       self._waiting[id(request)] = request
       self._by_future[future] = request
       self._queued += len(lines)
@@ -138,7 +147,7 @@ class Batcher:
     oldest = next(iter(self._waiting.values()))
     same = [r for r in self._waiting.values() if r.settings == oldest.settings]
     lines = sum(r.waiting for r in same)
-    tokens = sum(sum(r.tokens[r.taken:]) for r in same)
+    tokens = sum(r.tokens[i] for r in same for i in r.untaken)
     if lines >= self.max_batch or tokens >= self.max_tokens or self._stopping:
       return None
     wait = oldest.arrived + self.max_wait - now
@@ -163,34 +172,36 @@ class Batcher:
       return settings, batch
 
   def _fill(self, settings: Hashable) -> list[tuple[_Request, int]]:
-    """Lines with `settings`, one of each request in turn while they fit in `max_tokens` and
-    `max_batch` (the first line always); the lock is held.
+    """Lines with `settings` around the line of the request whose turn it is, nearest in
+    tokens first, while they fit in `max_tokens` and `max_batch` (the first line always);
+    the lock is held.
 
-    Requests whose line did not fit the last budget go first, then the oldest
-    first: a line too long to share a batch is not held behind every shorter one.
+    The turn goes to the request a batch took a line of longest ago (one never
+    taken from first, oldest first). Of lines equally near, a request's earlier
+    waiting lines go first, and among lines of the same rank the older request.
     """
-    batch: list[tuple[_Request, int]] = []
-    budget = self.max_tokens
-    turn = sorted((r for r in self._waiting.values() if r.settings == settings),
-                  key=lambda r: not r.skipped)   # stable: oldest first within each
-    while turn and len(batch) < self.max_batch:
-      later = []
-      for request in turn:
-        if len(batch) == self.max_batch:
-          break
-        cost = request.tokens[request.taken]
-        if batch and cost > budget:
-          request.skipped = True
-          continue
-        batch.append((request, request.taken))
-        budget -= cost
-        request.taken += 1
-        request.skipped = False
-        if request.waiting:
-          later.append(request)
-        else:
-          del self._waiting[id(request)]
-      turn = later
+    same = [r for r in self._waiting.values() if r.settings == settings]
+    first = min(same, key=lambda r: (r.served, r.number))
+    anchor = first.tokens[first.untaken[0]]
+    near = sorted(((abs(r.tokens[i] - anchor), rank, r.number, i, r)
+                   for r in same for rank, i in enumerate(r.untaken)
+                   if (r, i) != (first, first.untaken[0])), key=lambda n: n[:3])
+    number = next(self._batches)
+    batch, budget = [], self.max_tokens
+    for request, index in [(first, first.untaken[0])] + [(r, i) for *_, i, r in near]:
+      if len(batch) == self.max_batch:
+        break
+      cost = request.tokens[index]
+      if batch and cost > budget:
+        continue
+      batch.append((request, index))
+      budget -= cost
+      request.served = number
+    for request in {r for r, _ in batch}:
+      taken = {i for r, i in batch if r is request}
+      request.untaken = [i for i in request.untaken if i not in taken]
+      if not request.untaken:
+        del self._waiting[id(request)]
     return batch
 
   def _work(self) -> None:
@@ -231,4 +242,4 @@ class Batcher:
     self._by_future.pop(request.future, None)
     if self._waiting.pop(id(request), None) is not None:
       self._queued -= request.waiting
-      request.taken = len(request.lines)
+      request.untaken = []

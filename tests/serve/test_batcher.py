@@ -1,4 +1,5 @@
-"""The batcher: shared batches, fairness, a bounded queue, cancellation, draining."""
+"""The batcher: shared batches of similar lengths, fairness, a bounded queue, cancellation,
+draining."""
 
 import concurrent.futures
 
@@ -58,6 +59,33 @@ def test_a_long_request_is_split_so_a_short_one_rides_in_the_next_batch():
   batcher.stop()
 
 
+def test_lines_of_similar_length_share_a_batch_around_the_oldest():
+  engine = FakeEngine()
+  batcher = _batcher(engine, max_batch=2)
+  _busy(engine, batcher)
+  short, long = "a b", "a b c d e f"
+  futures = [batcher.submit([line], BEAM) for line in (long, short, long, short, short)]
+  engine.gate.set()
+  assert [_texts(f) for f in futures] == [[line.upper() + " 0"] for line in
+                                           (long, short, long, short, short)]
+  # The oldest line's batch takes the other long one, though two short ones came before it.
+  assert engine.batches[1:] == [[long, long], [short, short], [short]]
+  batcher.stop()
+
+
+def test_a_request_never_taken_from_has_the_next_turn():
+  engine = FakeEngine()
+  batcher = _batcher(engine, max_batch=3)
+  _busy(engine, batcher)
+  long = batcher.submit([f"l{i} x x x" for i in range(6)], BEAM)
+  short = batcher.submit(["s"], BEAM)           # nearer to no line of the long request
+  engine.gate.set()
+  assert _texts(short) == ["S 0"] and len(_texts(long)) == 6
+  assert engine.batches[1:] == [["l0 x x x", "l1 x x x", "l2 x x x"],
+                                ["s", "l3 x x x", "l4 x x x"], ["l5 x x x"]]
+  batcher.stop()
+
+
 def test_a_batch_takes_lines_while_their_tokens_fit_the_budget():
   engine = FakeEngine()
   batcher = _batcher(engine, tokens=len, max_tokens=10, max_batch=3)   # a character a token
@@ -67,8 +95,9 @@ def test_a_batch_takes_lines_while_their_tokens_fit_the_budget():
   c = batcher.submit(["c"], BEAM)
   engine.gate.set()
   assert _texts(a) == ["AAAA 0"] * 3 and _texts(b) == ["B" * 14 + " 0"] and _texts(c) == ["C 0"]
-  # 4 + 1 + 4 tokens (b does not fit); then b first, alone (14 > 10), though a is older.
-  assert engine.batches[1:] == [["aaaa", "c", "aaaa"], ["b" * 14], ["aaaa"]]
+  # 4 + 4 + 1 tokens (the third aaaa and b do not fit); then b, whose turn it is (no batch
+  # took a line of it yet), alone (14 > 10), though a is older.
+  assert engine.batches[1:] == [["aaaa", "aaaa", "c"], ["b" * 14], ["aaaa"]]
   batcher.stop()
 
 
