@@ -22,7 +22,8 @@ NOT_INSTALLED = " is not installed; to run these tests: "
 # The modules each extra's tests import (setup.py's extras; requirements-<extra>.txt).
 MODULES = {
     "export": ("torch", "transformers", "safetensors", "ctranslate2"),
-    "serve": ("fastapi", "starlette", "pydantic", "uvicorn", "prometheus_client", "selenium"),
+    "serve": ("fastapi", "starlette", "pydantic", "uvicorn", "httptools", "uvloop",
+              "prometheus_client", "selenium"),
     "accelerators": ("jax_cuda12_plugin", "libtpu"),
 }
 
