@@ -25,8 +25,10 @@ import pathlib
 import threading
 from typing import Any, Optional, Sequence
 
+import jax
 import numpy as np
 
+from t2t_jax import configs
 from t2t_jax import inference
 from t2t_jax.data import buckets
 from t2t_jax.decoding import alignment
@@ -50,9 +52,16 @@ CTRANSLATE2_DIR = "ctranslate2"
 # compiled. docs/benchmarks.md ("Serving") measures what each costs and saves.
 ROWS = (1, 8)
 WIDTHS = (16, 32, 64, 128)
-# A shape's cost, (rows + ROW_OVERHEAD) x width: a batch's time grows about in proportion
-# to its width, and much less than its rows (filler rows stop after a token).
-ROW_OVERHEAD = 48
+# Lines per batch on a CPU unless --max_batch says otherwise: each batch decodes until its
+# longest output ends, so small batches of lines of similar length (the batcher's) serve
+# the most sentences/s there (docs/benchmarks.md, "Serving"; JAX on a GPU or TPU keeps the
+# config's decode_batch_size, not measured).
+CPU_MAX_BATCH = {"jax": 8, "ctranslate2": 32}
+# A shape's cost, (rows + ROW_OVERHEAD) x (width + WIDTH_OVERHEAD): every row, filler
+# or not, is decoded at every step, so a batch's time grows about in proportion to its
+# rows, and less than in proportion to its width (docs/benchmarks.md, "Serving").
+ROW_OVERHEAD = 3
+WIDTH_OVERHEAD = 120
 
 
 @dataclasses.dataclass(frozen=True)
@@ -102,6 +111,11 @@ class JaxEngine:
     self._compiled: dict[Settings, set[tuple[int, int]]] = {}   # shapes whose programs are
     self._compiled_lock = threading.Lock()                      # all compiled, per settings
 
+  @staticmethod
+  def default_max_batch(cfg: configs.TransformerConfig) -> int:
+    """Lines per batch unless told (`CPU_MAX_BATCH` on a CPU, else the config's)."""
+    return CPU_MAX_BATCH["jax"] if jax.default_backend() == "cpu" else cfg.decode_batch_size
+
   def check(self, settings: Settings) -> None:
     """ValueError naming the setting the model cannot decode with."""
     _search(self, settings)
@@ -131,7 +145,8 @@ class JaxEngine:
     fits = [(r, w) for r, w in compiled if r >= len(sources) and w >= inputs.shape[1]]
     if not fits:
       return inputs
-    rows, width = min(fits, key=lambda shape: ((shape[0] + ROW_OVERHEAD) * shape[1], shape))
+    rows, width = min(fits, key=lambda shape: (
+        (shape[0] + ROW_OVERHEAD) * (shape[1] + WIDTH_OVERHEAD), shape))
     padded = np.zeros((rows, width), inputs.dtype)
     padded[:len(sources), :inputs.shape[1]] = inputs[:len(sources)]
     return padded
@@ -185,31 +200,43 @@ class CTranslate2Engine:
   name = "ctranslate2"
 
   def __init__(self, model_dir: str | os.PathLike, translator: inference.Translator,
-               batch_size: int, threads: int = 0, max_len_a: float = 1.0):
-    """`max_len_a`: as for `JaxEngine`; each line's max_decoding_length is our limit."""
+               batch_size: int, threads: int = 0, max_len_a: float = 1.0, workers: int = 3):
+    """`max_len_a`: as for `JaxEngine`; each line's max_decoding_length is our limit.
+    `workers`: batches translated at once (the batcher's workers), each by a replica of
+    its own with `threads` // `workers` threads (`threads` 0: every core)."""
     ctranslate2 = loading.require("ctranslate2")
     self.translator, self.cfg, self.tokenizer = translator, translator.cfg, translator.tokenizer
     self.batch_size, self.max_len_a = batch_size, max_len_a
+    # One replica per batch in flight, one thread each on this 2-core CPU, translates
+    # 1.15x the batches of one replica with both threads, and it needs no lock
+    # (docs/benchmarks.md, "Serving").
+    threads = threads or os.cpu_count() or 1
     self.model = ctranslate2.Translator(str(model_dir), device="cpu", compute_type="float32",
-                                        inter_threads=1, intra_threads=threads)
+                                        inter_threads=workers,
+                                        intra_threads=max(1, threads // workers))
     self.tokens = json.loads((pathlib.Path(model_dir) / "shared_vocabulary.json").read_text())
     self.ids = {token: i for i, token in enumerate(self.tokens)}
     config = json.loads((pathlib.Path(model_dir) / "config.json").read_text())
     # An export that adds the source EOS itself takes the pieces without it.
     self.append_eos = not config.get("add_source_eos", False)
-    self._lock = threading.Lock()   # one translate_batch at a time: it has its own threads
 
   @classmethod
   def from_workdir(cls, workdir: str | os.PathLike, translator: inference.Translator,
                    batch_size: int, threads: int = 0, average: bool = True,
-                   max_len_a: float = 1.0) -> "CTranslate2Engine":
+                   max_len_a: float = 1.0, workers: int = 3) -> "CTranslate2Engine":
     """The export in WORKDIR/ctranslate2, written by export/ctranslate2.py when absent
     or older than the work directory's checkpoints."""
     model_dir = pathlib.Path(workdir) / CTRANSLATE2_DIR
     if not _export_is_current(pathlib.Path(workdir), model_dir / "model.bin"):
       log.info("exporting %s to CTranslate2 in %s", workdir, model_dir)
       ctranslate2_lib.export_ctranslate2(workdir, model_dir, average=average, force=True)
-    return cls(model_dir, translator, batch_size, threads, max_len_a)
+    return cls(model_dir, translator, batch_size, threads, max_len_a, workers)
+
+  @staticmethod
+  def default_max_batch(cfg: configs.TransformerConfig) -> int:
+    """Lines per batch unless told (it decodes on the CPU)."""
+    del cfg
+    return CPU_MAX_BATCH["ctranslate2"]
 
   def check(self, settings: Settings) -> None:
     _search(self, settings)
@@ -229,18 +256,17 @@ class CTranslate2Engine:
     sources = [[*encoded[k][0], EOS_ID] for k in todo]
     limits = engines.output_limits(self.cfg, sources, search.max_decode_extra,
                                    search.max_len_a)
-    with self._lock:
-      longest = max(limits, default=1)
-      found = self._decode(sources, [longest] * len(sources), search)
-      # CTranslate2 takes one length limit per call: a line that reached a shorter limit of
-      # its own under the batch's longest is decoded again under its own, so that it is cut
-      # where ours is.
-      again = [g for g, (ids, _) in enumerate(h[0] for h in found)
-               if len(ids) + 1 >= limits[g] < longest]
-      if again:
-        for g, hyps in zip(again, self._decode([sources[g] for g in again],
-                                               [limits[g] for g in again], search)):
-          found[g] = hyps
+    longest = max(limits, default=1)
+    found = self._decode(sources, [longest] * len(sources), search)
+    # CTranslate2 takes one length limit per call: a line that reached a shorter limit of
+    # its own under the batch's longest is decoded again under its own, so that it is cut
+    # where ours is.
+    again = [g for g, (ids, _) in enumerate(h[0] for h in found)
+             if len(ids) + 1 >= limits[g] < longest]
+    if again:
+      for g, hyps in zip(again, self._decode([sources[g] for g in again],
+                                             [limits[g] for g in again], search)):
+        found[g] = hyps
     outputs = {todo[g]: hyps for g, hyps in enumerate(found)}
     for k, found in outputs.items():
       if settings.alignments:

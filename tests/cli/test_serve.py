@@ -7,6 +7,7 @@ pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]
 
 from t2t_jax.cli import serve  # noqa: E402  (after the skip)
 from t2t_jax.serve import app as app_lib  # noqa: E402
+from t2t_jax.serve import engines  # noqa: E402
 
 
 @pytest.fixture
@@ -38,7 +39,12 @@ def test_flags_reach_the_options_the_engine_and_the_listener(trained_workdir, st
   assert started["banner"].startswith(f"serving {trained_workdir} (jax engine)")
 
 
-def test_the_decode_batch_size_is_the_default_batch(trained_workdir, started):
+def test_the_default_batch_is_small_on_a_cpu_and_the_configs_elsewhere(trained_workdir, started,
+                                                                      monkeypatch):
+  serve.main(["--workdir", str(trained_workdir)])
+  assert started["options"].max_batch == started["engine"].batch_size == 8
+  assert started["engine"].cfg.decode_batch_size != 8
+  monkeypatch.setattr(engines.jax, "default_backend", lambda: "gpu")
   serve.main(["--workdir", str(trained_workdir)])
   assert started["options"].max_batch == started["engine"].cfg.decode_batch_size
 

@@ -77,10 +77,11 @@ def test_a_batch_pads_into_the_cheapest_shape_compiled(trained_workdir):
   compiled = [(1, widest), (64, widest), (8, widest)]
   sources = [[5, 6, 7]] * 3                                  # [4 rows, 8 positions] unpadded
   assert engine._padded(compiled, sources).shape == (8, widest)
-  # Narrower beats fewer rows: a batch's time goes with its width more than with its rows.
+  # Fewer rows beat a narrower shape: every row is decoded at every step.
   compiled.append((64, 16))
-  assert engine._padded(compiled, sources).shape == (64, 16)
+  assert engine._padded(compiled, sources).shape == (8, widest)
   assert engine._padded(compiled + [(8, 16)], sources).shape == (8, 16)
+  assert engine._padded(compiled, sources[:1]).shape == (1, widest)
   padded = engine._padded(compiled, [[5, 6, 7]] * 9)
   assert padded.shape == (64, 16)
   assert (padded[:9, :4] == [5, 6, 7, EOS_ID]).all()
@@ -158,3 +159,27 @@ def test_the_ctranslate2_engine_decodes_again_under_its_own_limit_a_line_cut_at_
   again = sorted(limit for limit in limits if limit < max(limits))
   assert asked[0] == (len(lines), max(limits))
   assert sorted(limit for n, limit in asked[1:] for _ in range(n)) == again
+
+
+def test_the_ctranslate2_engine_translates_a_batch_per_worker_at_once(trained_workdir):
+  extras_lib.skip_if_missing("export", "ctranslate2")
+  translator = inference.Translator(trained_workdir)
+  engine = engines.CTranslate2Engine.from_workdir(trained_workdir, translator, batch_size=8,
+                                                  workers=2)
+  settings = engines.Settings(beam_size=4)
+  alone = [[t.text for t in engine.translate(batch, settings)] for batch in (LINES[:3], LINES[3:6])]
+  model, inside, both = engine.model, [0], threading.Barrier(2, timeout=60)
+
+  class Overlapping:
+    """Each call waits inside until the other batch's call is inside too."""
+    def translate_batch(self, pieces, **options):
+      inside[0] += 1
+      both.wait()
+      return model.translate_batch(pieces, **options)
+
+  assert model.num_translators == 2                 # a replica per batch in flight
+  engine.model = Overlapping()
+  with concurrent.futures.ThreadPoolExecutor(2) as pool:
+    together = list(pool.map(lambda batch: [t.text for t in engine.translate(batch, settings)],
+                             (LINES[:3], LINES[3:6])))
+  assert together == alone and inside[0] == 2
