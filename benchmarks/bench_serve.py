@@ -17,8 +17,8 @@ pieces/s, request latency p50/p95/p99, the batch-size histogram (from
 /metrics), and the ratio of the server's sentences/s to the batch command's and
 to CTranslate2's `translate_batch` on the same exported model and lines (in a
 process of its own, batches of --reference_batch, best of 3, the faster of its
-default threads and a replica of one thread per core: `ctranslate2_batch`). The CTranslate2 engine ranks
-with its own length penalty (docs/export.md): its "different" is the share of
+default threads and a replica of one thread per core: `ctranslate2_batch`).
+The CTranslate2 engine ranks with its own length penalty (docs/export.md): its "different" is the share of
 lines where it and ours disagree, not an error. Last, per engine, an overload
 run: `--overload_clients` clients send groups of --group lines back to back,
 never retrying, to a server whose queue holds `--overload_queue` lines;

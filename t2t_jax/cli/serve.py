@@ -122,10 +122,10 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   first = args.warmup_shapes
   app = app_lib.create_app(
       engine, options, attention=functools.partial(engines.attention, translator),
-      warm_up=lambda: log.info("warm-up: %d decoding programs",
-                               engine.warm_up(pieces, settings, count=first)),
-      background=lambda: log.info("background warm-up: %d decoding programs",
-                                  engine.warm_up(pieces, settings, skip=first)))
+      warm_up=lambda stop: log.info("warm-up: %d decoding programs",
+                                    engine.warm_up(pieces, settings, count=first, stop=stop)),
+      background=lambda stop: log.info("background warm-up: %d decoding programs",
+                                       engine.warm_up(pieces, settings, skip=first, stop=stop)))
   app_lib.serve(app, args.host, args.port,
                 f"serving {args.workdir} ({engine.name} engine) on http://{{}}/")
 

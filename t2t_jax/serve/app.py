@@ -1,7 +1,8 @@
 """The HTTP front (FastAPI): routes, limits, errors and metrics around the batcher and an engine.
 
-    app = create_app(engine, Options(max_batch=16), attention=functools.partial(
-        engines.attention, translator), warm_up=lambda: engine.warm_up(30, settings))
+    app = create_app(engine, Options(max_batch=16),
+                     attention=functools.partial(engines.attention, translator),
+                     warm_up=lambda stop: engine.warm_up(30, settings, stop=stop))
     uvicorn.run(app, host="127.0.0.1", port=8000)          # what `t2t-serve` does
 
 Routes: `POST /v1/translate`, `POST /v1/attention` (the page's heatmap),
@@ -66,6 +67,7 @@ class _State:
     self.engine, self.options, self.limits = engine, options, options.limits
     self.ready = threading.Event()
     self.warm = threading.Event()     # the background warm-up is done too
+    self.stopping = threading.Event()   # the server stops: the warm-ups should end
     self.failed: Optional[str] = None
     self.metrics = metrics_lib.Metrics(queued=lambda: self.batcher.queued)
     self.batcher = batcher_lib.Batcher(
@@ -149,32 +151,57 @@ def _submit(state: _State, lines: list[str], settings: engines.Settings
     raise protocol.ApiError(503, str(e)) from None
 
 
-def _translate_route(app: fastapi.FastAPI, state: _State) -> None:
+async def _translate(state: _State, request: fastapi.Request) -> responses.Response:
+  """POST /v1/translate: one translation per line of `text`, in order."""
+  start = time.monotonic()
+  try:
+    raw = await _body(request, state.limits.max_body)
+    body = protocol.validate(protocol.TranslateRequest, protocol.parse_json(raw))
+    future = _submit(state, body.text, _settings(state, body))
+    results = await _results(request, state, future)
+  except protocol.ApiError as e:
+    state.metrics.request(e.status, time.monotonic() - start)
+    return _error(e)
+  if results is None:   # 499: nginx's "client closed request"; nobody reads it
+    state.metrics.request(499, time.monotonic() - start)
+    return responses.Response(status_code=499)
+  tokens = sum(state.engine.count_pieces(t.text) for t in results)
+  state.metrics.request(200, time.monotonic() - start, len(results), tokens)
+  return responses.JSONResponse({"translations": [_translation(t) for t in results]})
+
+
+class Front:
+  """The server's ASGI app: POST /v1/translate goes straight to `_translate`, the rest to
+  FastAPI (`api`), which also documents that route (/docs) and answers its other methods.
+
+  FastAPI's handling around a route (its middleware, routing, dependencies)
+  took more of the event loop's time than the route itself, and every client
+  waits on that one thread: 0.41 -> 0.25 ms of it per request (docs/benchmarks.md,
+  "Serving"). `state.server` holds what the routes share.
+  """
+
+  def __init__(self, api: fastapi.FastAPI):
+    self.api, self.state = api, api.state
+
+  async def __call__(self, scope, receive, send) -> None:
+    if (scope["type"] == "http" and scope["path"] == "/v1/translate"
+        and scope["method"] == "POST"):
+      response = await _translate(self.state.server, fastapi.Request(scope, receive))
+      await response(scope, receive, send)
+    else:
+      await self.api(scope, receive, send)
+
+
+def _translate_route(app: fastapi.FastAPI) -> None:
   schema = protocol.TranslateRequest.model_json_schema()
 
   @app.post("/v1/translate", response_model=protocol.TranslateResponse,
             openapi_extra={"requestBody": {"required": True,
                                            "content": {"application/json": {"schema": schema}}}},
             responses={code: {"model": protocol.Error} for code in (400, 413, 422, 503)})
-  async def translate(request: fastapi.Request):
+  async def translate():
     """One translation per line of `text`, in order (n-best lists, word alignments)."""
-    start = time.monotonic()
-    try:
-      raw = await _body(request, state.limits.max_body)
-      body = protocol.validate(protocol.TranslateRequest, protocol.parse_json(raw))
-      future = _submit(state, body.text, _settings(state, body))
-      results = await _results(request, state, future)
-    except protocol.ApiError as e:
-      state.metrics.request(e.status, time.monotonic() - start)
-      return _error(e)
-    if results is None:   # 499: nginx's "client closed request"; nobody reads it
-      state.metrics.request(499, time.monotonic() - start)
-      return responses.Response(status_code=499)
-    tokens = sum(state.engine.count_pieces(t.text) for t in results)
-    state.metrics.request(200, time.monotonic() - start, len(results), tokens)
-    # A response as it is: FastAPI would validate the dict against the response model
-    # (which documents it: /docs), 8% of the front's time per request.
-    return responses.JSONResponse({"translations": [_translation(t) for t in results]})
+    raise AssertionError("POST /v1/translate is answered by Front, before FastAPI")
 
 
 def _other_routes(app: fastapi.FastAPI, state: _State,
@@ -229,12 +256,12 @@ def _other_routes(app: fastapi.FastAPI, state: _State,
     return responses.FileResponse(STATIC / "index.html")
 
 
-def _warm_up(state: _State, warm_up: Optional[Callable[[], Any]],
-             background: Optional[Callable[[], Any]]) -> None:
+def _warm_up(state: _State, warm_up: Optional[Callable[[threading.Event], Any]],
+             background: Optional[Callable[[threading.Event], Any]]) -> None:
   try:
     if warm_up is not None:
       start = time.monotonic()
-      warm_up()
+      warm_up(state.stopping)
       log.info("warm-up done in %.1f s", time.monotonic() - start)
     state.ready.set()
   except Exception as e:  # pylint: disable=broad-except  (reported by /health and each request)
@@ -244,7 +271,7 @@ def _warm_up(state: _State, warm_up: Optional[Callable[[], Any]],
   try:
     if background is not None:
       start = time.monotonic()
-      background()
+      background(state.stopping)
       log.info("background warm-up done in %.1f s", time.monotonic() - start)
   except Exception:  # pylint: disable=broad-except  (requests use what was compiled before)
     log.exception("background warm-up failed")
@@ -253,14 +280,17 @@ def _warm_up(state: _State, warm_up: Optional[Callable[[], Any]],
 
 def create_app(engine: Any, options: Options = Options(),
                attention: Optional[Callable[..., dict]] = None,
-               warm_up: Optional[Callable[[], Any]] = None,
-               background: Optional[Callable[[], Any]] = None) -> fastapi.FastAPI:
+               warm_up: Optional[Callable[[threading.Event], Any]] = None,
+               background: Optional[Callable[[threading.Event], Any]] = None) -> Front:
   """The server for `engine` (engines.py: translate, check, count_pieces, source_tokens, cfg,
   name).
 
-  `warm_up` runs on a thread of its own at start-up; /health and the routes
-  answer 503 until it has returned. Then `background` runs on that thread while
-  requests are served (/health says "warm": true once it has returned).
+  `warm_up(stop)` runs on a thread of its own at start-up; /health and the
+  routes answer 503 until it has returned. Then `background(stop)` runs on that
+  thread while requests are served (/health says "warm": true once it has
+  returned). `stop` is set when the server stops, which then waits for them to
+  return: each should return soon after (a thread killed at exit inside XLA's
+  compiler aborts the process).
   `attention(source, target, layer=, head=)` serves the page's heatmap.
   """
   state = _State(engine, options)
@@ -268,10 +298,13 @@ def create_app(engine: Any, options: Options = Options(),
   @contextlib.asynccontextmanager
   async def lifespan(_):
     state.batcher.start()
-    threading.Thread(target=_warm_up, args=(state, warm_up, background),
-                     name="t2t_jax-warm-up", daemon=True).start()
+    warming = threading.Thread(target=_warm_up, args=(state, warm_up, background),
+                               name="t2t_jax-warm-up", daemon=True)
+    warming.start()
     yield
     # uvicorn has answered every request under way; nothing is queued any more.
+    state.stopping.set()
+    await run_in_threadpool(warming.join)
     await run_in_threadpool(state.batcher.stop)
 
   app = fastapi.FastAPI(title="t2t_jax translation server", lifespan=lifespan,
@@ -283,13 +316,13 @@ def create_app(engine: Any, options: Options = Options(),
   async def http_error(_, e: starlette_exceptions.HTTPException):
     return _error(protocol.ApiError(e.status_code, str(e.detail), dict(e.headers or {})))
 
-  _translate_route(app, state)
+  _translate_route(app)
   _other_routes(app, state, attention)
   app.mount("/static", staticfiles.StaticFiles(directory=STATIC), name="static")
-  return app
+  return Front(app)
 
 
-def serve(app: fastapi.FastAPI, host: str, port: int, banner: str = "serving on http://{}/") -> None:
+def serve(app: Front, host: str, port: int, banner: str = "serving on http://{}/") -> None:
   """Runs `app` until SIGTERM or Ctrl-C, then answers the requests under way and returns.
 
   `banner` is logged with host:port filled in (port 0 takes a free port).
@@ -308,6 +341,7 @@ def serve(app: fastapi.FastAPI, host: str, port: int, banner: str = "serving on 
     signal.signal(sig, lambda number, _: log.info("stopped by %s", signal.Signals(number).name))
   # httptools and uvloop, not h11 and asyncio: half the front's CPU time per request, and a
   # lone client's requests answer in 6 ms instead of 47 (docs/benchmarks.md, "Serving").
+  # No proxy headers: nothing here reads a client's address.
   config = uvicorn.Config(app, log_level="warning", access_log=False, http="httptools",
-                          loop="uvloop", timeout_graceful_shutdown=60)
+                          loop="uvloop", proxy_headers=False, timeout_graceful_shutdown=60)
   uvicorn.Server(config).run(sockets=[sock])

@@ -165,9 +165,10 @@ class JaxEngine:
                                           for w in widths[1:]]
 
   def warm_up(self, max_pieces: int, settings: Settings, count: Optional[int] = None,
-              skip: int = 0) -> int:
+              skip: int = 0, stop: Optional[threading.Event] = None) -> int:
     """Compiles (or reads from the compilation cache) the programs of `shapes(max_pieces)`
-    [skip:skip + count] (default: all) with `settings`; returns how many programs.
+    [skip:skip + count] (default: all) with `settings`; returns how many programs. Once
+    `stop` is set, no further shape.
 
     Every chunk of the search (`programs.chunk_lengths`) of each shape, so that no
     request pays a compilation; each program runs for a step at most
@@ -178,6 +179,8 @@ class JaxEngine:
     shapes = self.shapes(max_pieces)
     made = 0
     for shape in shapes[skip:None if count is None else skip + count]:
+      if stop is not None and stop.is_set():
+        break
       made += programs.compile_beam_programs(self.translator.members, *shape, search,
                                              self.translator.programs)
       with self._compiled_lock:
@@ -304,8 +307,8 @@ class CTranslate2Engine:
             for (text, _), (_, score), p in zip(texts, found, pairs)]
 
   def warm_up(self, max_pieces: int, settings: Settings, count: Optional[int] = None,
-              skip: int = 0) -> int:
-    del max_pieces, settings, count, skip   # CTranslate2 compiles nothing
+              skip: int = 0, stop: Optional[threading.Event] = None) -> int:
+    del max_pieces, settings, count, skip, stop   # CTranslate2 compiles nothing
     return 0
 
 

@@ -117,7 +117,7 @@ def test_a_client_that_disconnects_frees_its_queued_lines():
 
 def test_health_and_requests_answer_503_until_the_warm_up_is_done():
   warm = threading.Event()
-  app = app_lib.create_app(FakeEngine(), warm_up=lambda: warm.wait(WAIT))
+  app = app_lib.create_app(FakeEngine(), warm_up=lambda _: warm.wait(WAIT))
   with running(app) as address:
     assert request(address, "GET", "/health")[::2] == (503, {"status": "starting"})
     status, headers, _ = request(address, "POST", "/v1/translate", {"text": ["a"]})
@@ -133,3 +133,13 @@ def test_the_openapi_page_and_the_web_page_are_served(shared):
   assert request(shared, "GET", "/docs")[0] == 200
   assert "<canvas id=\"heatmap\"" in request(shared, "GET", "/")[2]
   assert "drawHeatmap" in request(shared, "GET", "/static/app.js")[2]
+
+
+def test_a_stopping_server_stops_its_background_warm_up_and_waits_for_it():
+  # A warm-up thread left inside XLA's compiler when the process exits aborts it (SIGABRT).
+  stopped = []
+  app = app_lib.create_app(FakeEngine(), background=lambda stop: stopped.append(stop.wait(WAIT)))
+  with running(app) as address:
+    wait_until(lambda: request(address, "GET", "/health")[0] == 200, "ready")
+    assert not stopped
+  assert stopped == [True]

@@ -47,8 +47,8 @@ def test_requests_compile_nothing_once_health_is_ready_nor_while_the_rest_compil
   go_on = threading.Event()
   app = app_lib.create_app(
       engine, app_lib.Options(max_batch=2, max_wait=0.05),
-      warm_up=lambda: engine.warm_up(6, settings, count=1),
-      background=lambda: go_on.wait(60) and engine.warm_up(6, settings, skip=1))
+      warm_up=lambda stop: engine.warm_up(6, settings, count=1, stop=stop),
+      background=lambda stop: go_on.wait(60) and engine.warm_up(6, settings, skip=1, stop=stop))
   # One line alone and two at once: both row counts of --max_batch 2.
   groups = [LINES[:1], LINES[1:3], LINES[3:4], LINES[4:6]]
   expected = translator.translate(LINES[:6])
@@ -67,6 +67,9 @@ def test_requests_compile_nothing_once_health_is_ready_nor_while_the_rest_compil
     assert [t["text"] for _, _, body in answers for t in body["translations"]] == expected
   assert [event for thread, event in seen if thread != "t2t_jax-warm-up"] == []
   assert any(thread == "t2t_jax-warm-up" for thread, _ in seen)   # [2, 8] compiled meanwhile
+  stop = threading.Event()
+  stop.set()
+  assert engine.warm_up(6, settings, stop=stop) == 0      # no shape once the server stops
 
 
 def test_a_batch_pads_into_the_cheapest_shape_compiled(trained_workdir):
