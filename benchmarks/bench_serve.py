@@ -3,35 +3,34 @@
     python benchmarks/bench_serve.py --workdir=runs/demo [--lines=1000] [--clients=1,8,64]
         [--input=FILE] [--engines=jax,ctranslate2] [--group=8] [--overload_clients=128]
 
-The reference is each line's single-line translation, `t2t-translate
---batch_size 1` over the work directory's demo test set; the batch command
-itself (`t2t-translate --input test.en`, the config's batch size) is timed
-(its wall time with a warm compilation cache, start-up included) and compared
-with it. Then, for each engine, a server is started on 127.0.0.1
-(`--max_batch` from the config, a warm-up of the test set's batch shapes), and
-for each count of `--clients`, that many threads send the lines one per
-request, then in groups of `--group` lines; each run is checked line by line
-against the single-line translations: lost (no answer), duplicated (answered
-twice), different (another text). Printed per run: sentences/s, target
-pieces/s, request latency p50/p95/p99, the batch-size histogram (from
-/metrics), and the ratio of the server's sentences/s to the batch command's and
-to CTranslate2's `translate_batch` on the same exported model and lines (in a
-process of its own, batches of --reference_batch, best of 3, the faster of its
-default threads and a replica of one thread per core: `ctranslate2_batch`).
-The CTranslate2 engine ranks with its own length penalty (docs/export.md): its "different" is the share of
-lines where it and ours disagree, not an error. Last, per engine, an overload
-run: `--overload_clients` clients send groups of --group lines back to back,
-never retrying, to a server whose queue holds `--overload_queue` lines;
-printed: answers by status (the 200s checked as above), the server's peak
-resident memory before and after, whether it still answers /health, and its
-exit status on SIGTERM. The 1-minute load average is printed at the start and
-the end. Every request loop is bounded; nothing leaves 127.0.0.1.
+The reference is each line's single-line translation, `t2t-translate --batch_size 1`
+over the work directory's demo test set; the batch command itself (`t2t-translate
+--input test.en`, the config's batch size) is timed (its wall time with a warm
+compilation cache, start-up included) and compared with it. Then, for each engine, a
+server is started on 127.0.0.1 (its default batch size, a warm-up of the test set's
+batch shapes, `--server_flags`), and for each count of `--clients`, that many clients
+(keep-alive connections, all on one asyncio thread) send the lines one per request, then
+in groups of `--group` lines; each run is checked line by line against the single-line
+translations: lost (no answer), duplicated (answered twice), different (another text).
+Printed per run: sentences/s, target pieces/s, request latency p50/p95/p99, the
+batch-size histogram (from /metrics), and the ratio of the server's sentences/s to the
+batch command's and to CTranslate2's `translate_batch` on the same exported model and
+lines (in a process of its own, batches of --reference_batch, best of 3, the faster of
+its default threads and a replica of one thread per core: `ctranslate2_batch`). The
+CTranslate2 engine ranks with its own length penalty (docs/export.md): its "different"
+is the share of lines where it and ours disagree, not an error. Last, per engine, an
+overload run: `--overload_clients` clients send groups of --group lines back to back,
+never retrying, to a server whose queue holds `--overload_queue` lines; printed: answers
+by status (the 200s checked as above), the server's peak resident memory before and
+after, whether it still answers /health, and its exit status on SIGTERM. The 1-minute
+load average is printed at the start and the end. Every request loop is bounded; nothing
+leaves 127.0.0.1.
 """
 
 from __future__ import annotations
 
 import argparse
-import concurrent.futures
+import asyncio
 import http.client
 import json
 import os
@@ -56,6 +55,49 @@ def _post(connection: http.client.HTTPConnection, lines: list[str]) -> tuple[int
                      {"Content-Type": "application/json"})
   response = connection.getresponse()
   return response.status, json.loads(response.read() or b"{}")
+
+
+class _Client:
+  """One keep-alive connection of the load runs' clients, which all run on one asyncio
+  thread: 64 threads of http.client took twice the CPU, taken from the server on this
+  2-core machine (docs/benchmarks.md, "Serving")."""
+
+  LENGTH = re.compile(rb"\r\ncontent-length: *(\d+)", re.IGNORECASE)
+
+  def __init__(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter):
+    self.reader, self.writer = reader, writer
+
+  @classmethod
+  async def open(cls, address: tuple[str, int]) -> "_Client":
+    return cls(*await asyncio.open_connection(*address))
+
+  async def post(self, lines: list[str]) -> tuple[int, dict]:
+    body = json.dumps({"text": lines}).encode()
+    self.writer.write(b"POST /v1/translate HTTP/1.1\r\nHost: 127.0.0.1\r\n"
+                      b"Content-Type: application/json\r\nContent-Length: %d\r\n\r\n%s"
+                      % (len(body), body))
+    head = await self.reader.readuntil(b"\r\n\r\n")
+    payload = await self.reader.readexactly(int(self.LENGTH.search(head).group(1)))
+    return int(head.split(b" ", 2)[1]), json.loads(payload or b"{}")
+
+  def close(self) -> None:
+    self.writer.close()
+
+
+def _run_clients(address: tuple[str, int], clients: int, client) -> None:
+  """`client(connection, c)` for c in range(clients), all at once, each on a connection of
+  its own; bounded by TIMEOUT."""
+  async def one(c):
+    connection = await _Client.open(address)
+    try:
+      await client(connection, c)
+    finally:
+      connection.close()
+
+  async def run():
+    await asyncio.wait_for(asyncio.gather(*[one(c) for c in range(clients)]), TIMEOUT)
+
+  asyncio.run(run())
 
 
 class Server:
@@ -132,32 +174,23 @@ def _percentile(values: list[float], q: float) -> float:
 
 def load_run(server: Server, lines: list[str], reference: list[str], clients: int, group: int,
              count_pieces) -> dict:
-  """`clients` threads send the lines `group` at a time; each answer is checked."""
-  work = [list(range(k, min(k + group, len(lines)))) for k in range(0, len(lines), group)]
+  """`clients` clients send the lines `group` at a time; each answer is checked."""
+  work = iter([list(range(k, min(k + group, len(lines)))) for k in range(0, len(lines), group)])
   answers: dict[int, list[str]] = {i: [] for i in range(len(lines))}
-  latencies, statuses, lock = [], {}, threading.Lock()
-  cursor = iter(work)
+  latencies, statuses = [], {}
 
-  def client():
-    connection = http.client.HTTPConnection(*server.address, timeout=TIMEOUT)
-    while True:
-      with lock:
-        indices = next(cursor, None)
-      if indices is None:
-        return
+  async def client(connection, _):
+    for indices in work:
       start = time.monotonic()
-      status, body = _post(connection, [lines[i] for i in indices])
-      with lock:
-        latencies.append(time.monotonic() - start)
-        statuses[status] = statuses.get(status, 0) + 1
-        for i, t in zip(indices, body.get("translations", [])):
-          answers[i].append(t["text"])
+      status, body = await connection.post([lines[i] for i in indices])
+      latencies.append(time.monotonic() - start)
+      statuses[status] = statuses.get(status, 0) + 1
+      for i, t in zip(indices, body.get("translations", [])):
+        answers[i].append(t["text"])
 
   before = server.batch_sizes()
   start = time.monotonic()
-  with concurrent.futures.ThreadPoolExecutor(clients) as pool:
-    for future in [pool.submit(client) for _ in range(clients)]:
-      future.result(TIMEOUT)
+  _run_clients(server.address, clients, client)
   seconds = time.monotonic() - start
   after = server.batch_sizes()
   texts = [a[0] for a in answers.values() if a]
@@ -181,26 +214,22 @@ def overload_run(server: Server, lines: list[str], reference: list[str], clients
                  group: int, requests_per_client: int) -> dict:
   """Every client sends its requests back to back, never retrying: the queue overflows.
   The lines answered (200) are checked against `reference`."""
-  statuses, different, answered, lock = {}, [0], [0], threading.Lock()
+  statuses, different, answered = {}, [0], [0]
   rss_before = server.peak_rss_mib()
 
-  def client(c):
-    connection = http.client.HTTPConnection(*server.address, timeout=TIMEOUT)
+  async def client(connection, c):
     for r in range(requests_per_client):
       start = (c * requests_per_client + r) * group % len(lines)
       indices = [(start + k) % len(lines) for k in range(group)]
-      status, body = _post(connection, [lines[i] for i in indices])
-      with lock:
-        statuses[status] = statuses.get(status, 0) + 1
-        if status == 200:
-          texts = [t["text"] for t in body["translations"]]
-          answered[0] += len(texts)
-          different[0] += sum(t != reference[i] for i, t in zip(indices, texts))
-          different[0] += len(indices) - len(texts)
+      status, body = await connection.post([lines[i] for i in indices])
+      statuses[status] = statuses.get(status, 0) + 1
+      if status == 200:
+        texts = [t["text"] for t in body["translations"]]
+        answered[0] += len(texts)
+        different[0] += sum(t != reference[i] for i, t in zip(indices, texts))
+        different[0] += len(indices) - len(texts)
 
-  with concurrent.futures.ThreadPoolExecutor(clients) as pool:
-    for future in [pool.submit(client, c) for c in range(clients)]:
-      future.result(TIMEOUT)
+  _run_clients(server.address, clients, client)
   return {"clients": clients, "group": group, "statuses": statuses,
           "lines_answered": answered[0], "different": different[0],
           "peak_rss_mib_before": round(rss_before, 1),
