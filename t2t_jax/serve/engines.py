@@ -211,7 +211,7 @@ class CTranslate2Engine:
     self.translator, self.cfg, self.tokenizer = translator, translator.cfg, translator.tokenizer
     self.batch_size, self.max_len_a = batch_size, max_len_a
     # One replica per batch in flight, one thread each on this 2-core CPU, translates
-    # 1.15x the batches of one replica with both threads, and it needs no lock
+    # 1.1-1.3x the batches of one replica with both threads, and it needs no lock
     # (docs/benchmarks.md, "Serving").
     threads = threads or os.cpu_count() or 1
     self.model = ctranslate2.Translator(str(model_dir), device="cpu", compute_type="float32",
