@@ -46,17 +46,28 @@ def test_lines_of_concurrent_requests_share_a_batch_and_come_back_in_order():
   batcher.stop()
 
 
-def test_a_long_request_is_split_so_a_short_one_rides_in_the_next_batch():
+def _long_then_short(long_lines: list[str], short_line: str, max_batch: int) -> list[list[str]]:
+  """The batches after a busy one when a long request and then a one-line one queue up."""
   engine = FakeEngine()
-  batcher = _batcher(engine, max_batch=4)
+  batcher = _batcher(engine, max_batch=max_batch)
   _busy(engine, batcher)
-  long = batcher.submit([f"l{i}" for i in range(10)], BEAM)
-  short = batcher.submit(["s"], BEAM)
+  long = batcher.submit(long_lines, BEAM)
+  short = batcher.submit([short_line], BEAM)
   engine.gate.set()
-  assert _texts(short) == ["S 0"] and len(_texts(long)) == 10
-  assert "s" in engine.batches[1]                     # not after all of the long request
-  assert [len(b) for b in engine.batches[1:]] == [4, 4, 3]
+  assert _texts(short) == [short_line.upper() + " 0"] and len(_texts(long)) == len(long_lines)
   batcher.stop()
+  return engine.batches[1:]
+
+
+def test_a_long_request_is_split_so_a_short_one_rides_in_the_next_batch():
+  # Lines of one length: each request's first waiting line goes before any second one.
+  batches = _long_then_short([f"l{i}" for i in range(10)], "s", max_batch=4)
+  assert "s" in batches[0]                     # not after all of the long request
+  assert [len(b) for b in batches] == [4, 4, 3]
+  # Far from every line of the long request: the short one has the next turn, as no batch
+  # took a line of it yet.
+  long = [f"l{i} x x x" for i in range(6)]
+  assert _long_then_short(long, "s", max_batch=3) == [long[:3], ["s", *long[3:5]], long[5:]]
 
 
 def test_lines_of_similar_length_share_a_batch_around_the_oldest():
@@ -70,19 +81,6 @@ def test_lines_of_similar_length_share_a_batch_around_the_oldest():
                                            (long, short, long, short, short)]
   # The oldest line's batch takes the other long one, though two short ones came before it.
   assert engine.batches[1:] == [[long, long], [short, short], [short]]
-  batcher.stop()
-
-
-def test_a_request_never_taken_from_has_the_next_turn():
-  engine = FakeEngine()
-  batcher = _batcher(engine, max_batch=3)
-  _busy(engine, batcher)
-  long = batcher.submit([f"l{i} x x x" for i in range(6)], BEAM)
-  short = batcher.submit(["s"], BEAM)           # nearer to no line of the long request
-  engine.gate.set()
-  assert _texts(short) == ["S 0"] and len(_texts(long)) == 6
-  assert engine.batches[1:] == [["l0 x x x", "l1 x x x", "l2 x x x"],
-                                ["s", "l3 x x x", "l4 x x x"], ["l5 x x x"]]
   batcher.stop()
 
 
