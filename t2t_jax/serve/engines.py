@@ -125,7 +125,7 @@ class JaxEngine:
 
   def translate(self, lines: Sequence[str], settings: Settings) -> list[streaming.Translation]:
     # One batch per call (the batcher sends at most batch_size lines); the batcher's
-    # workers keep two batches in flight, as `in_flight` does for t2t-translate.
+    # workers keep several batches in flight, as `in_flight` does for t2t-translate.
     with self._compiled_lock:
       compiled = sorted(self._compiled.get(settings, ()))
     # Every row count is compiled at the widest width first (`shapes`), so that the most
