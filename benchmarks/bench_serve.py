@@ -50,13 +50,6 @@ TIMEOUT = 600        # seconds: the bound of every wait here
 START_TIMEOUT = 3600  # seconds: a cold warm-up compiles dozens of programs
 
 
-def _post(connection: http.client.HTTPConnection, lines: list[str]) -> tuple[int, dict]:
-  connection.request("POST", "/v1/translate", json.dumps({"text": lines}),
-                     {"Content-Type": "application/json"})
-  response = connection.getresponse()
-  return response.status, json.loads(response.read() or b"{}")
-
-
 class _Client:
   """One keep-alive connection of the load runs' clients, which all run on one asyncio
   thread: 64 threads of http.client took twice the CPU, taken from the server on this
@@ -253,13 +246,16 @@ def startup_runs(workdir: str, lines: list[str], count_pieces, engine: str = "ja
     for start in ("empty caches", "again"):
       server = Server(str(copy), "--engine", engine, env=env)
       latencies = []
-      connection = http.client.HTTPConnection(*server.address, timeout=TIMEOUT)
-      for line in by_length.values():
-        begin = time.monotonic()
-        status, _ = _post(connection, [line])
-        latencies.append(time.monotonic() - begin)
-        if status != 200:
-          raise RuntimeError(f"a request answered {status}")
+
+      async def one_by_one(connection, _):
+        for line in by_length.values():
+          begin = time.monotonic()
+          status, _ = await connection.post([line])
+          latencies.append(time.monotonic() - begin)
+          if status != 200:
+            raise RuntimeError(f"a request answered {status}")
+
+      _run_clients(server.address, 1, one_by_one)
       run = {"engine": engine, "start": start, "health_s": round(server.start_seconds, 1),
              "lengths": len(latencies), "p50_ms": round(1000 * _percentile(latencies, 50), 1),
              "p99_ms": round(1000 * _percentile(latencies, 99), 1),

@@ -85,13 +85,16 @@ def _parser() -> argparse.ArgumentParser:
   return parser
 
 
-def _engine(args: argparse.Namespace, translator: inference.Translator, max_batch: int):
+def _engine(args: argparse.Namespace, translator: inference.Translator):
+  """The engine, with --max_batch lines per batch or the engine's default."""
   from t2t_jax.serve import engines  # pylint: disable=import-outside-toplevel  (the serve extra)
   if args.engine == "jax":
+    max_batch = args.max_batch or engines.JaxEngine.default_max_batch(translator.cfg)
     return engines.JaxEngine(translator, max_batch, max_len_a=args.max_len_a)
   if args.checkpoint is not None:
     raise ValueError("--engine ctranslate2 exports the work directory's parameters; "
                      "--checkpoint is for --engine jax")
+  max_batch = args.max_batch or engines.CTranslate2Engine.default_max_batch(translator.cfg)
   return engines.CTranslate2Engine.from_workdir(args.workdir, translator, max_batch,
                                                 threads=args.threads, average=args.average,
                                                 max_len_a=args.max_len_a, workers=args.workers)
@@ -110,13 +113,11 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   compile_cache.enable()
   translator = inference.Translator(args.checkpoint or args.workdir, average=args.average,
                                     programs=True, **flags.search_overrides(args))
-  engine_type = engines.JaxEngine if args.engine == "jax" else engines.CTranslate2Engine
-  max_batch = args.max_batch or engine_type.default_max_batch(translator.cfg)
-  engine = _engine(args, translator, max_batch)
+  engine = _engine(args, translator)
   settings = engines.Settings(beam_size=translator.cfg.beam_size)
   pieces = translator.cfg.max_len - 1 if args.warmup_pieces is None else args.warmup_pieces
   options = app_lib.Options(
-      max_batch=max_batch, max_tokens=args.max_tokens, max_queue=args.max_queue,
+      max_batch=engine.batch_size, max_tokens=args.max_tokens, max_queue=args.max_queue,
       max_wait=args.max_wait_ms / 1000, workers=args.workers,
       limits=protocol.Limits(args.max_lines, args.max_chars, args.max_beam))
   first = args.warmup_shapes
