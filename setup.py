@@ -1,12 +1,15 @@
 """Installs t2t_jax with its console scripts.
 
-The package needs requirements-core.txt; each extra has a file of its own:
-`notebook` (requirements-notebook.txt), `test` (requirements-test.txt),
-`export` (requirements-export.txt: t2t-export, the comparison with transformers
-and CTranslate2), `serve` (requirements-serve.txt: t2t-serve and its browser
-test) and `accelerators` (requirements-accelerators.txt: the CUDA and TPU
-compilers t2t-compile uses, no device needed). requirements.txt gathers core,
-notebook and test for the README's two commands.
+The package needs requirements-core.txt, as ranges of the tested versions, so that it
+installs into an environment's own JAX without replacing it. Each extra has a file of
+its own: `wmt` (requirements-wmt.txt: the WMT14 data through tensorflow-datasets, the
+paper's tokenised BLEU, TensorBoard events), `notebook` (requirements-notebook.txt),
+`test` (requirements-test.txt), `export` (requirements-export.txt: t2t-export, the
+comparison with transformers and CTranslate2), `serve` (requirements-serve.txt:
+t2t-serve and its browser test) and `accelerators` (requirements-accelerators.txt: the
+CUDA and TPU compilers t2t-compile uses, no device needed). requirements.txt pins the
+exact tested versions of core, wmt, notebook and test, per Python version, for the
+README's two commands.
 """
 
 import pathlib
@@ -16,8 +19,8 @@ import setuptools
 
 def _requirements(name: str) -> list[str]:
   lines = pathlib.Path(__file__).with_name(name).read_text().splitlines()
-  pins = [line.split("#")[0].strip() for line in lines]
-  return [pin for pin in pins if pin and not pin.startswith("-r")]
+  specs = [line.split("#")[0].strip() for line in lines]
+  return [spec for spec in specs if spec and not spec.startswith("-r")]
 
 
 setuptools.setup(
@@ -28,7 +31,7 @@ setuptools.setup(
     python_requires=">=3.11",
     install_requires=_requirements("requirements-core.txt"),
     extras_require={extra: _requirements(f"requirements-{extra}.txt")
-                    for extra in ("notebook", "test", "export", "serve", "accelerators")},
+                    for extra in ("wmt", "notebook", "test", "export", "serve", "accelerators")},
     package_data={"t2t_jax.serve": ["static/*"]},  # the page t2t-serve serves
     entry_points={
         "console_scripts": [

@@ -14,7 +14,9 @@ from __future__ import annotations
 
 import logging
 import os
-from typing import Optional
+from typing import Any, Optional
+
+from t2t_jax.runtime import extras
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +37,19 @@ def _prepare_hint(name: str, data_dir: Optional[str]) -> str:
           f"copy {where} here and point --config.data_dir (or TFDS_DATA_DIR) at it")
 
 
+def libraries() -> tuple[Any, Any]:
+  """(tensorflow, tensorflow_datasets); the `wmt` extra brings them, not the package itself
+  (a user of the layers, or a GPU image, has no TensorFlow)."""
+  try:
+    import tensorflow as tf
+    import tensorflow_datasets as tfds
+  except ImportError as e:
+    raise extras.MissingExtraError(
+        f"a tfds dataset needs TensorFlow and tensorflow-datasets ({e}): "
+        f"{extras.install('wmt')}, or use --config.dataset=text with your own files") from None
+  return tf, tfds
+
+
 def _first_line(error: BaseException) -> str:
   text = str(error).strip()
   return f"{type(error).__name__}: {text.splitlines()[0][:200]}" if text else type(error).__name__
@@ -44,7 +59,7 @@ def _network_errors() -> tuple[type[BaseException], ...]:
   """What a download that cannot reach its server raises (tfds fetches with requests)."""
   import urllib.error
   import requests
-  import tensorflow_datasets as tfds
+  _, tfds = libraries()
   return (ConnectionError, TimeoutError, urllib.error.URLError, requests.ConnectionError,
           requests.Timeout, tfds.download.DownloadError)
 
@@ -62,7 +77,7 @@ def _check_data_dir(data_dir: Optional[str], download: bool) -> None:
 
 def _open(name: str, data_dir: Optional[str]):
   """tfds.builder, with an unknown dataset or config said in one line."""
-  import tensorflow_datasets as tfds
+  _, tfds = libraries()
   try:
     return tfds.builder(name, data_dir=data_dir)
   except tfds.core.DatasetNotFoundError:
@@ -85,7 +100,7 @@ def builder(cfg, download: bool = True):
   (or no download allowed): FileNotFoundError saying how to prepare the data
   elsewhere; preparing failed on this machine (disk full, not writable): OSError.
   """
-  import tensorflow as tf
+  tf, _ = libraries()
   # TensorFlow only reads files here; keep it off any accelerator JAX uses.
   tf.config.set_visible_devices([], "GPU")
   data_dir = resolve_data_dir(cfg)
@@ -119,8 +134,7 @@ def load_pairs(cfg, split: str, download: bool = True) -> list[tuple[str, str]]:
   """All (source, target) pairs of `split` ("train", "dev" or "test")."""
   if split not in SPLITS:
     raise ValueError(f"split={split!r}: use one of {sorted(SPLITS)}")
-  import tensorflow as tf
-  import tensorflow_datasets as tfds
+  tf, tfds = libraries()
   b = builder(cfg, download)
   src_lang, tgt_lang = cfg.source_lang, cfg.target_lang
   pairs = []

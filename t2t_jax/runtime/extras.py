@@ -1,4 +1,4 @@
-"""The one error for a missing extra (setup.py's `export`, `serve`, `accelerators`).
+"""The one error for a missing extra (setup.py's `wmt`, `export`, `serve`, `accelerators`).
 
     raise extras.MissingExtraError(f"ctranslate2 is not installed: {extras.install('export')}")
 

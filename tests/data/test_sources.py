@@ -1,9 +1,12 @@
 """Reading text pairs: line-aligned files, TSV, the registered sources and their signatures."""
 
+import sys
+
 import pytest
 
 from t2t_jax import configs
 from t2t_jax.data import sources
+from t2t_jax.runtime import extras
 
 
 def _write(path, lines):
@@ -52,3 +55,11 @@ def test_text_without_test_files_has_no_test_set(tmp_path):
   with pytest.raises(ValueError, match="needs config.train_files"):
     sources.get_source(configs.get_config("base", dataset="text", dev_files=spec),
                        str(tmp_path))
+
+
+def test_a_tfds_dataset_without_the_wmt_extra_says_how_to_install_it(tmp_path, monkeypatch):
+  # The package itself has no TensorFlow (a GPU image, a user of the layers): the `wmt` extra.
+  monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)   # import raises ImportError
+  source = sources.get_source(configs.get_config("base"), str(tmp_path))
+  with pytest.raises(extras.MissingExtraError, match=r"pip install -e '\.\[wmt\]'"):
+    source.test()
