@@ -58,3 +58,13 @@ def test_ci_stops_at_a_test_file_that_skips_for_a_missing_extra(tmp_path):
   # Naming the folder on the command line reads its conftest.py first: the same outcome.
   run = _run(tmp_path, "served", require="1")
   assert run.returncode == 2 and "T2T_JAX_REQUIRE_EXTRAS is set" in run.stdout, run.stdout
+
+
+def test_ci_can_require_some_extras_by_name(tmp_path):
+  # On Python 3.12 CI installs serve and accelerators but not export (.ci/run).
+  run = _run(tmp_path, "test_core.py", "test_exported.py", require="serve,accelerators")
+  assert run.returncode == 0 and "1 passed, 1 skipped" in run.stdout, run.stdout
+  run = _run(tmp_path, "test_core.py", "test_exported.py", require="serve,export")
+  assert run.returncode == 1 and "1 failed, 1 passed" in run.stdout, run.stdout
+  run = _run(tmp_path, "served", require="serve")
+  assert run.returncode == 2 and "T2T_JAX_REQUIRE_EXTRAS is set" in run.stdout, run.stdout
