@@ -52,8 +52,8 @@ START_TIMEOUT = 3600  # seconds: a cold warm-up compiles dozens of programs
 
 class _Client:
   """One keep-alive connection of the load runs' clients, which all run on one asyncio
-  thread: 64 threads of http.client took twice the CPU, taken from the server on this
-  2-core machine (docs/benchmarks.md, "Serving")."""
+  thread: threads of http.client took more CPU, which the server then lacks on a machine
+  of few cores (docs/benchmarks.md, "Serving, 2026-11-26", the front)."""
 
   LENGTH = re.compile(rb"\r\ncontent-length: *(\d+)", re.IGNORECASE)
 
