@@ -5,14 +5,13 @@ model is about a hundred, most of them too small to split across cores), and
 between chunks of steps it waits for the host. On a CPU the busy time of all
 threads of one batch's trace adds up to its wall time: one core idles. Two
 batches decoded from two threads fill that core and those waits: the demo test
-set decodes faster on 2 cores (docs/benchmarks.md). Each batch is still
-decoded alone by the same programs, so no output changes.
+set decodes faster on 2 cores (docs/benchmarks.md, "Decoding"). Each batch is
+still decoded alone by the same programs, so no output changes.
 
 Batches start costliest first (`cost`): a test set sorted by length ends with
 its longest batches, and started in input order they would run last, alone on
-one core while the other idles (the demo test set's first 256 sentences, in
-batches of 64, take 16, 21, 29 and 53 steps: the thread that draws 21 and 53
-ends long after the other).
+one core while the other idles (a batch of long sentences takes several times
+the steps of a batch of short ones: docs/benchmarks.md, "Decoding").
 """
 
 from __future__ import annotations

@@ -1,7 +1,7 @@
 """An exact top-k that is faster than `jax.lax.top_k` on wide rows (beam search's vocabulary).
 
-XLA CPU sorts each row of a top-k on one thread, a few ns per element: over a
-37000-word vocabulary that is most of a step's search. Here the row is cut
+XLA CPU sorts each row of a top-k on one thread: over a 37000-word vocabulary
+that is most of a step's search (docs/benchmarks.md, "Decoding"). Here the row is cut
 into blocks; the n best elements lie in the n blocks with the best maxima
 (each of them is at most its block's maximum, which then ranks among the n
 best too; on ties the lower block, whose elements have lower indices, comes
