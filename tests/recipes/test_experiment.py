@@ -3,10 +3,12 @@
 import json
 import os
 import pathlib
+import re
 import subprocess
 import sys
 
 from t2t_jax.data import demo
+from t2t_jax.recipes import experiment
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "experiments" / "wmt14_ende.py"
@@ -78,3 +80,11 @@ def test_describe_and_bad_flags():
   assert bad.returncode != 0 and "unknown --config=nonsense" in bad.stderr
   bad_field = _run("--config=demo", "--config.no_such_field=1")
   assert bad_field.returncode != 0 and "unknown config field 'no_such_field'" in bad_field.stderr
+
+
+def test_describe_demo_points_at_the_section_with_its_measured_figures():
+  # The demo's time and BLEU are measurements: docs/benchmarks.md holds them, describe names where.
+  name = re.search(r'docs/benchmarks\.md, "([^"]+)"', experiment.describe("demo")).group(1)
+  text = (ROOT / "docs" / "benchmarks.md").read_text()
+  section = re.search(rf"^## {re.escape(name)}\n(.*?)(?=^## |\Z)", text, re.M | re.S).group(1)
+  assert "| wall time |" in section and "sacreBLEU" in section
