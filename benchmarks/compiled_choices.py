@@ -10,7 +10,8 @@ model time (`optimal_seconds`). GPU: FLOPs, bytes accessed and peak memory of
 the optimized program, and the roofline time predict.py derives from them.
 Prints a Markdown table for docs/benchmarks.md ("compiler predictions").
 Reduced model (--layers, base width, 8000-word vocabulary) so that the TPU
-compiles take a minute, not four. `--smoke`: every program at a toy size (64 wide,
+compiles stay short (the whole base step's take minutes here: docs/benchmarks.md,
+"Accelerators"). `--smoke`: every program at a toy size (64 wide,
 one layer, rows of 32, 512 words), to check that the script runs; its figures
 mean nothing.
 """

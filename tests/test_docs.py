@@ -1,4 +1,5 @@
-"""The docs quote the demo preset as it is, and name no path of the machine they were written on."""
+"""The docs quote the demo preset as it is and name no path of the machine they were written
+on; the code's pointers into docs/benchmarks.md name sections it has."""
 
 import pathlib
 import re
@@ -9,6 +10,8 @@ from t2t_jax import configs
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
+CODE = sorted(p for folder in ("t2t_jax", "benchmarks", "experiments")
+              for p in (ROOT / folder).rglob("*.py"))
 DEMO = configs.get_config("demo")
 
 
@@ -53,3 +56,20 @@ def test_the_docs_quote_the_demo_preset_as_it_is():
 def test_no_doc_names_a_path_of_the_machine_it_was_written_on(path):
   found = re.findall(r"(?<![\w.~$])/(?:work|root|home|Users)/[\w./-]+", path.read_text())
   assert not found, f"{path.name} names paths of a particular machine: {found}"
+
+
+def test_the_code_points_at_benchmark_sections_that_exist():
+  # Measurements live in docs/benchmarks.md; a comment or message names the section
+  # ('docs/benchmarks.md, "Serving, 2026-11-26"'), which must be (part of) one of its headings.
+  headings = [line.lstrip("#").strip().lower()
+              for line in (ROOT / "docs" / "benchmarks.md").read_text().splitlines()
+              if line.startswith("#")]
+  pointers = []
+  for path in CODE:
+    text = re.sub(r"\s*\n\s*(?:#\s*)?", " ", path.read_text())  # a pointer may wrap
+    pointers += [(path.relative_to(ROOT).as_posix(), name)
+                 for name in re.findall(r'docs/benchmarks\.md,?\s*\(?"([^"]+)"', text)]
+  assert len(pointers) >= 10, pointers  # the pattern still finds them
+  missing = [(path, name) for path, name in pointers
+             if not any(name.lower() in heading for heading in headings)]
+  assert not missing, f"no such section in docs/benchmarks.md: {missing}"

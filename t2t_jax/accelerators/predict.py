@@ -78,8 +78,8 @@ SLICED_PREFETCH_NOTE = (
     "optimal_seconds of v5e programs; the prediction adds 1 s back per ConcatBitcast, i.e. "
     "prices the join (a bitcast) at 0 and keeps the model's price of the slices' copies. "
     "Check: the same programs compiled with sliced prefetch off "
-    "(xla_tpu_sliced_prefetch_max_slices=0) get a positive optimal_seconds 8-18% above the "
-    "corrected one (docs/benchmarks.md)")
+    "(xla_tpu_sliced_prefetch_max_slices=0) get a positive optimal_seconds a little above "
+    'the corrected one (docs/benchmarks.md, "v5e: why its cost model said -672 s")')
 
 
 def tpu_seconds(cost: dict[str, float], sliced_prefetches: int = 0) -> tuple[float, str]:

@@ -3,8 +3,8 @@
 A row holds as many whole pairs as fit on both sides; `inputs_segments` and
 `targets_segments` number them 1, 2, ... (0 = padding) and the model keeps
 attention within each pair (docs/model.md, "Packed rows"). Compared with one
-pair per length bucket, packing removes most of the padding (15-25% of the
-positions of the demo corpus's batches) and needs far fewer batch shapes.
+pair per length bucket, packing removes most of the padding (docs/benchmarks.md,
+"Input pipeline") and needs far fewer batch shapes.
 
 Row lengths halve from the longest bucket down to `SHORTEST_ROW` (256, 128, 64,
 32 for WMT's limits; 64, 32 for the demo's): attention costs grow with the row,
@@ -30,8 +30,9 @@ from typing import Iterator, Optional, Protocol
 
 import numpy as np
 
-# Pairs packed together. First-fit decreasing is already within 0.2% of its
-# best fill at 1000 pairs on the demo corpus; bigger windows only cost time.
+# Pairs packed together. First-fit decreasing already fills rows about as well as it
+# can in much smaller windows of the demo corpus (docs/benchmarks.md, "Input
+# pipeline"); bigger windows only cost time.
 WINDOW = 4096
 # The shortest rows. Shorter ones would hold about one sentence: nothing to pack.
 SHORTEST_ROW = 32

@@ -3,8 +3,8 @@
 Flax's `nn.Dropout` draws a mask with threefry. On a CPU, JAX lowers threefry to
 a loop that XLA cannot fuse with anything: each mask's random bits are written
 out, kept for the backward pass (8 bytes an element) and read back there. In a
-base update on a 2-core CPU that costs about 13% of the step, most of it in the
-backward fusions that read the saved bits.
+base update on a CPU that is a sizeable share of the step (docs/benchmarks.md,
+"Training step"), most of it in the backward fusions that read the saved bits.
 
 Here element i of a layer's mask is kept when `mix(mix(mix(i + s0) ^ s1) + s0)`
 is at least `rate * 2**32`, where (s0, s1) are two 32-bit seeds drawn from the

@@ -103,6 +103,7 @@ def cross_attention(q: Array, keys: Array, values: Array, bias: Array, dtype: An
   logits = jnp.einsum("bqhd,bhkd->bhqk", q, keys.astype(q.dtype)).astype(jnp.float32)
   probs = jax.nn.softmax(logits + bias.astype(jnp.float32), axis=-1)
   # Heads-first output, then a transpose of this small result: asked for [batch, q,
-  # heads, d] directly, XLA CPU computes the product transposed, 3x slower here.
+  # heads, d] directly, XLA CPU computes the product transposed, which is slower
+  # (docs/benchmarks.md, "Tried and dropped").
   out = jnp.einsum("bhqk,bhkd->bhqd", probs.astype(dtype), values.astype(dtype))
   return out.transpose(0, 2, 1, 3).reshape(rows, 1, heads, depth)

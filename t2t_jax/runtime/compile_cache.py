@@ -24,8 +24,9 @@ log = logging.getLogger(__name__)
 
 ENV = "T2T_JAX_COMPILATION_CACHE"
 _OFF = ("0", "off", "false", "no", "none")
-# Compilations faster than this are not worth a disk entry (JAX's default is 1 s;
-# our small test and demo steps compile in 0.2-1 s each on a busy CPU).
+# Compilations faster than this are not worth a disk entry (JAX's default is 1 s,
+# which would leave out most of our small test and demo steps: docs/benchmarks.md,
+# "The demo and the compilation cache").
 MIN_COMPILE_SECONDS = 0.2
 # Least recently used entries go beyond this. A size limit also makes JAX take a
 # file lock around reads and writes, so concurrent runs (pytest -n 2, a demo

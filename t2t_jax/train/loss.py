@@ -73,7 +73,7 @@ def _is_top(gold: jnp.ndarray, top: jnp.ndarray) -> jnp.ndarray:
 
   A tie with another id counts as correct (argmax would pick the lower id). The
   row maximum is the one log-sum-exp needs anyway: an argmax is one more pass over
-  [tokens, vocab], a slow variadic reduction on CPUs (4% of a demo update).
+  [tokens, vocab], a slow variadic reduction on CPUs (docs/benchmarks.md, "Training step").
   """
   return (gold >= top).astype(jnp.float32)
 
