@@ -28,7 +28,7 @@ from typing import Optional
 
 import jax
 
-from t2t_jax.runtime import extras
+from t2t_jax import errors
 from t2t_jax.train import flops
 from t2t_jax.train.memory import GiB
 
@@ -139,7 +139,7 @@ def missing_compiler(target: Target) -> Optional[str]:
   if available(target.platform):
     return None
   return (f"compiling for {target.name} needs {COMPILER_PACKAGES[target.platform]}, which is "
-          f"not installed: {extras.install('accelerators')} (see README)")
+          f"not installed: {errors.install('accelerators')} (see README)")
 
 
 @functools.cache
@@ -149,7 +149,7 @@ def topology(target: Target) -> jax.experimental.topologies.TopologyDescription:
   from jax.experimental import topologies  # pylint: disable=import-outside-toplevel
   problem = missing_compiler(target)
   if problem:
-    raise extras.MissingExtraError(problem)
+    raise errors.MissingExtraError(problem)
   if target.is_gpu:
     # The plugin otherwise refuses to load without a driver to check versions against.
     os.environ.setdefault("JAX_SKIP_CUDA_CONSTRAINTS_CHECK", "1")

@@ -32,13 +32,13 @@ from typing import Optional, Sequence
 
 import jax
 
+from t2t_jax import errors
 from t2t_jax.accelerators import measure as measure_lib
 from t2t_jax.accelerators import plan as plan_lib
 from t2t_jax.accelerators import predict
 from t2t_jax.accelerators import targets
 from t2t_jax.cli import exits
 from t2t_jax.cli import flags
-from t2t_jax.runtime import extras
 from t2t_jax.train.memory import GiB
 
 
@@ -137,7 +137,7 @@ def main(argv: Optional[Sequence[str]] = None) -> dict:
   cfg = flags.config(args)
   problem = targets.missing_compiler(args.target)
   if problem:
-    raise extras.MissingExtraError(problem)
+    raise errors.MissingExtraError(problem)
   report = plan_lib.plan(cfg, args.target, decode=args.decode)
   for line in _summary(report):
     print(line)

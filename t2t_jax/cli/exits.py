@@ -33,14 +33,13 @@ import jax
 from t2t_jax import errors
 from t2t_jax.cli import flags
 from t2t_jax.cli import logs
-from t2t_jax.runtime import extras
 from t2t_jax.runtime import lock
 from t2t_jax.runtime import multihost
 from t2t_jax.runtime import platform
 from t2t_jax.runtime import preemption
 
 # What a command reports in one line: what the user can fix (the message says how).
-USER_ERRORS = (OSError, ValueError, FloatingPointError, MemoryError, extras.MissingExtraError,
+USER_ERRORS = (OSError, ValueError, FloatingPointError, MemoryError, errors.MissingExtraError,
                lock.WorkdirBusyError)
 
 

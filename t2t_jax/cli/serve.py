@@ -31,11 +31,11 @@ import functools
 import logging
 from typing import Optional, Sequence
 
+from t2t_jax import errors
 from t2t_jax import inference
 from t2t_jax.cli import exits
 from t2t_jax.cli import flags
 from t2t_jax.runtime import compile_cache
-from t2t_jax.runtime import extras
 
 log = logging.getLogger("t2t-serve")
 
@@ -108,8 +108,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     from t2t_jax.serve import engines  # pylint: disable=import-outside-toplevel
     from t2t_jax.serve import protocol  # pylint: disable=import-outside-toplevel
   except ImportError as e:
-    raise extras.MissingExtraError(
-        f"{e}: the serve extra is not installed: {extras.install('serve')}") from None
+    raise errors.MissingExtraError(
+        f"{e}: the serve extra is not installed: {errors.install('serve')}") from None
   compile_cache.enable()
   translator = inference.Translator(args.checkpoint or args.workdir, average=args.average,
                                     programs=True, **flags.search_overrides(args))

@@ -16,7 +16,7 @@ import logging
 import os
 from typing import Any, Optional
 
-from t2t_jax.runtime import extras
+from t2t_jax import errors
 
 log = logging.getLogger(__name__)
 
@@ -44,9 +44,9 @@ def libraries() -> tuple[Any, Any]:
     import tensorflow as tf
     import tensorflow_datasets as tfds
   except ImportError as e:
-    raise extras.MissingExtraError(
+    raise errors.MissingExtraError(
         f"a tfds dataset needs TensorFlow and tensorflow-datasets ({e}): "
-        f"{extras.install('wmt')}, or use --config.dataset=text with your own files") from None
+        f"{errors.install('wmt')}, or use --config.dataset=text with your own files") from None
   return tf, tfds
 
 

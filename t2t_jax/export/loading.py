@@ -2,7 +2,7 @@
 
     cfg, params, spm_path = load_workdir(workdir)     # the averaged params, else the latest
     tokens = vocabulary(spm_path, cfg.vocab_size)     # token string by id
-    torch = require("torch")                          # or MissingExtraError: pip install -e .[export]
+    torch = require("torch")                          # or errors.MissingExtraError: pip install -e '.[export]'
 
 The export libraries (transformers, torch, safetensors, ctranslate2) are imported
 only inside the functions that need them, through `require`, so that the core
@@ -15,16 +15,16 @@ import os
 from typing import Any
 
 from t2t_jax import configs
+from t2t_jax import errors
 from t2t_jax import ids
 from t2t_jax.data import vocab
 from t2t_jax.export import weights
 from t2t_jax.inference import translator
 from t2t_jax.runtime import averaging
-from t2t_jax.runtime import extras
 from t2t_jax.runtime import workdir as workdir_lib
 
 PLACEHOLDER = "<unused{}>"   # vocabulary entry of an id the SentencePiece model lacks
-_EXTRAS = "the export extras are not installed: run  pip install -e .[export]"
+_EXTRAS = f"the export extras are not installed: run  {errors.install('export')}"
 
 
 def require(module: str) -> Any:
@@ -32,7 +32,7 @@ def require(module: str) -> Any:
   try:
     return __import__(module, fromlist=["_"])
   except ImportError as e:
-    raise extras.MissingExtraError(f"cannot import {module} ({e}); {_EXTRAS}") from None
+    raise errors.MissingExtraError(f"cannot import {module} ({e}); {_EXTRAS}") from None
 
 
 def load_workdir(workdir: str | os.PathLike, average: bool = True

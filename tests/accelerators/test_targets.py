@@ -6,8 +6,8 @@ import re
 import pytest
 
 from compilers import NO_CUDA
+from t2t_jax import errors
 from t2t_jax.accelerators import targets
-from t2t_jax.runtime import extras
 
 
 def test_an_unknown_target_names_the_known_ones():
@@ -36,7 +36,7 @@ def test_a_missing_compiler_says_what_to_install(monkeypatch):
       "pip install -e '.[accelerators]' (see README)")
   # A target no earlier call cached: topology() refuses before building anything.
   absent = dataclasses.replace(v5e, name="v5e-8-absent")
-  with pytest.raises(extras.MissingExtraError, match=r"needs libtpu.*pip install"):
+  with pytest.raises(errors.MissingExtraError, match=r"needs libtpu.*pip install"):
     targets.topology(absent)
 
 

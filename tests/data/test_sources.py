@@ -5,8 +5,8 @@ import sys
 import pytest
 
 from t2t_jax import configs
+from t2t_jax import errors
 from t2t_jax.data import sources
-from t2t_jax.runtime import extras
 
 
 def _write(path, lines):
@@ -61,5 +61,5 @@ def test_a_tfds_dataset_without_the_wmt_extra_says_how_to_install_it(tmp_path, m
   # The package itself has no TensorFlow (a GPU image, a user of the layers): the `wmt` extra.
   monkeypatch.setitem(sys.modules, "tensorflow_datasets", None)   # import raises ImportError
   source = sources.get_source(configs.get_config("base"), str(tmp_path))
-  with pytest.raises(extras.MissingExtraError, match=r"pip install -e '\.\[wmt\]'"):
+  with pytest.raises(errors.MissingExtraError, match=r"pip install -e '\.\[wmt\]'"):
     source.test()

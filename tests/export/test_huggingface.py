@@ -12,9 +12,9 @@ import numpy as np
 import pytest
 
 from export import agreement
+from t2t_jax import errors
 from t2t_jax.export import engines
 from t2t_jax.export import huggingface
-from t2t_jax.runtime import extras as extras_lib
 from t2t_jax.ids import EOS_ID
 from t2t_jax.model import layers
 from t2t_jax.model import transformer
@@ -34,7 +34,7 @@ def test_permutation_turns_our_sinusoids_into_marians_halves():
 
 def test_missing_extras_give_one_line_telling_how_to_install(monkeypatch, tmp_path):
   monkeypatch.setitem(sys.modules, "transformers", None)   # import now raises ImportError
-  with pytest.raises(extras_lib.MissingExtraError, match=r"pip install -e \.\[export\]"):
+  with pytest.raises(errors.MissingExtraError, match=r"pip install -e '\.\[export\]'"):
     huggingface.export_huggingface(tmp_path, tmp_path / "hf")
 
 

@@ -5,9 +5,9 @@ import sys
 
 import pytest
 
+from t2t_jax import errors
 from t2t_jax.data import vocab
 from t2t_jax.export import loading
-from t2t_jax.runtime import extras as extras_lib
 
 
 def test_core_modules_never_import_the_export_libraries():
@@ -23,7 +23,7 @@ def test_core_modules_never_import_the_export_libraries():
 
 def test_a_missing_library_names_the_extra(monkeypatch):
   monkeypatch.setitem(sys.modules, "ctranslate2", None)   # import now raises ImportError
-  with pytest.raises(extras_lib.MissingExtraError, match=r"pip install -e \.\[export\]"):
+  with pytest.raises(errors.MissingExtraError, match=r"pip install -e '\.\[export\]'"):
     loading.require("ctranslate2")
 
 
