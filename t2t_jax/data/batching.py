@@ -19,26 +19,17 @@ from __future__ import annotations
 import logging
 import queue
 import threading
-from typing import Iterator, Optional, Protocol, Sequence
+from typing import Iterator, Optional, Sequence
 
 import numpy as np
 
 from t2t_jax.data import packing
 from t2t_jax.data.buckets import BUCKET_LENGTHS
+from t2t_jax.data.packing import RaggedPairs
 
 log = logging.getLogger(__name__)
 
 Plan = list[tuple[int, np.ndarray]]  # (bucket, pair indices) per batch, in order
-
-
-class RaggedPairs(Protocol):
-  """Sequence i is `src_ids[src_offsets[i]:src_offsets[i + 1]]` (see tokens.TokenizedSplit)."""
-  src_ids: np.ndarray
-  src_offsets: np.ndarray
-  tgt_ids: np.ndarray
-  tgt_offsets: np.ndarray
-
-  def __len__(self) -> int: ...
 
 
 # --- Buckets and the plan ----------------------------------------------------------

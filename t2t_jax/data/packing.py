@@ -43,10 +43,16 @@ Rows = list[np.ndarray]  # pair indices of each row, in row order
 
 
 class RaggedPairs(Protocol):
+  """Sequence i is `src_ids[src_offsets[i]:src_offsets[i + 1]]` (see tokenized.TokenizedSplit).
+
+  The input of batching.py and of this module.
+  """
   src_ids: np.ndarray
   src_offsets: np.ndarray
   tgt_ids: np.ndarray
   tgt_offsets: np.ndarray
+
+  def __len__(self) -> int: ...
 
 
 def row_lengths(longest: int, shortest: int = SHORTEST_ROW) -> list[int]:
