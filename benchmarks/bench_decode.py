@@ -494,7 +494,7 @@ def _ctranslate2_runs(spec, directory, threads):
 def _trained_workload(args):
   """Ours and CTranslate2 translating real sentences with a trained model: run functions."""
   from t2t_jax.data import vocab  # pylint: disable=import-outside-toplevel
-  from t2t_jax.export import engines
+  from t2t_jax.export import exported_search
   from t2t_jax.export import loading
   from t2t_jax.ids import EOS_ID
   from t2t_jax.inference import sentence_batches
@@ -506,7 +506,7 @@ def _trained_workload(args):
   tokens = loading.vocabulary(spm_path, cfg.vocab_size)
   # With their </s>, as a converted Marian model takes them (export/ctranslate2.py).
   pieces = [[tokens[i] for i in source + [EOS_ID]] for source in sources]
-  max_length = max(engines.output_limits(cfg, [s + [EOS_ID] for s in sources]))
+  max_length = max(exported_search.output_limits(cfg, [s + [EOS_ID] for s in sources]))
 
   def ours(**settings):
     return sentence_batches.decode_ids(cfg, params, sources, batch_size=args.batch_size,

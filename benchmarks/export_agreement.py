@@ -41,7 +41,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from t2t_jax import configs  # noqa: E402
 from t2t_jax.export import ctranslate2 as ctranslate2_lib  # noqa: E402
-from t2t_jax.export import engines  # noqa: E402
+from t2t_jax.export import exported_search  # noqa: E402
 from t2t_jax.export import huggingface  # noqa: E402
 from t2t_jax.export import loading  # noqa: E402
 from t2t_jax.ids import EOS_ID, PAD_ID  # noqa: E402
@@ -117,7 +117,7 @@ def main() -> None:
   tokenizer = translator_lib.load_tokenizer(workdir)
   tokens = loading.vocabulary(spm_path, cfg.vocab_size)
   ids = [tokenizer.encode(line)[:-1][:cfg.max_len - 1] + [EOS_ID] for line in lines]
-  limits = engines.output_limits(cfg, ids)
+  limits = exported_search.output_limits(cfg, ids)
   print(f"{workdir}: {len(ids)} sentences of {source}, beam {args.beam_size}")
 
   ours = {alpha: sentence_batches.decode_ids(cfg, params, [i[:-1] for i in ids],
@@ -135,10 +135,10 @@ def main() -> None:
     print(f"translations identical to ours, of {len(ids)}"
           + (" (BLEU vs references: ours / theirs)" if refs else ""))
     for alpha in (0.0, 0.6):
-      theirs = {"transformers": engines.marian_generate(
+      theirs = {"transformers": exported_search.marian_generate(
           marian, ids, limits, beam_size=args.beam_size, length_penalty=alpha)}
       for kind, translator in translators.items():
-        theirs[f"ctranslate2 {kind}"] = engines.ctranslate2_translate(
+        theirs[f"ctranslate2 {kind}"] = exported_search.ctranslate2_translate(
             translator, tokens, ids, limits, beam_size=args.beam_size, length_penalty=alpha)[0]
       for name, outputs in theirs.items():
         same = sum(a == b for a, b in zip(ours[alpha], outputs))
@@ -176,12 +176,12 @@ def _recipe_agreement(ctranslate2, directory, cfg, params, lines, ids) -> None:
   agree = sum(tokenizer.convert_tokens_to_ids(s) == i for s, i in zip(sources, ids))
   print(f"CTranslate2 float32 called as documented (MarianTokenizer pieces with </s>; "
         f"{agree}/{len(ids)} sources tokenised as ours), translations identical to ours:")
-  limits = engines.output_limits(cfg, ids)
+  limits = exported_search.output_limits(cfg, ids)
   for beam_size in (1, 4):
     ours = sentence_batches.decode_ids(cfg, params, [i[:-1] for i in ids], beam_size=beam_size,
                                        alpha=0.0)
     theirs = [None] * len(ids)
-    for limit, group in engines.batches(limits, 64):
+    for limit, group in exported_search.batches(limits, 64):
       results = translator.translate_batch([sources[i] for i in group], beam_size=beam_size,
                                            length_penalty=0.0, max_decoding_length=limit)
       for i, r in zip(group, results):

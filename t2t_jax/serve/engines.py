@@ -35,7 +35,7 @@ from t2t_jax.decoding import alignment
 from t2t_jax.decoding import programs
 from t2t_jax.decoding import search as search_lib
 from t2t_jax.export import ctranslate2 as ctranslate2_lib
-from t2t_jax.export import engines
+from t2t_jax.export import exported_search
 from t2t_jax.export import loading
 from t2t_jax.ids import EOS_ID
 from t2t_jax.inference import sentence_batches
@@ -257,7 +257,7 @@ class CTranslate2Engine:
                   for _ in lines]
     todo = [k for k, (ids, _) in enumerate(encoded) if ids]
     sources = [[*encoded[k][0], EOS_ID] for k in todo]
-    limits = engines.output_limits(self.cfg, sources, search.max_decode_extra,
+    limits = exported_search.output_limits(self.cfg, sources, search.max_decode_extra,
                                    search.max_len_a)
     longest = max(limits, default=1)
     found = self._decode(sources, [longest] * len(sources), search)
@@ -282,9 +282,9 @@ class CTranslate2Engine:
   def _decode(self, sources: list[list[int]], limits: list[int], search: search_lib.Search
               ) -> list[list[tuple[list[int], float]]]:
     """Each source's hypotheses (ids, score) under its limit: one translate_batch per limit
-    (`engines.batches`), all the sources at once when they share it."""
+    (`exported_search.batches`), all the sources at once when they share it."""
     found: list[list[tuple[list[int], float]]] = [[] for _ in sources]
-    for max_length, group in engines.batches(limits, len(sources)):
+    for max_length, group in exported_search.batches(limits, len(sources)):
       pieces = [[self.tokens[t] for t in sources[g][:-1]] + (["</s>"] if self.append_eos else [])
                 for g in group]
       results = self.model.translate_batch(

@@ -1,2 +1,1 @@
-"""A package, so that tests/export/test_engines.py and tests/serve/test_engines.py may share a
-file name: pytest imports these as export.test_*."""
+"""A package, so that the tests here import their shared helper as `export.agreement`."""

@@ -16,7 +16,7 @@ from export import agreement
 import trained
 from t2t_jax.decoding import beam_search
 from t2t_jax.export import ctranslate2 as ctranslate2_lib
-from t2t_jax.export import engines
+from t2t_jax.export import exported_search
 from t2t_jax.export import loading
 from t2t_jax.inference import sentence_batches
 from t2t_jax.model import transformer
@@ -30,8 +30,8 @@ def test_ctranslate2_float32_finds_our_translations_and_scores(extras, ours, tra
   translator = ctranslate2.Translator(str(out), device="cpu", compute_type="float32",
                                       intra_threads=1)
   tokens = loading.vocabulary(tokenizer.model_path, cfg.vocab_size)
-  theirs, scores = engines.ctranslate2_translate(
-      translator, tokens, ids, engines.output_limits(cfg, ids), beam_size=4, length_penalty=0.0)
+  theirs, scores = exported_search.ctranslate2_translate(
+      translator, tokens, ids, exported_search.output_limits(cfg, ids), beam_size=4, length_penalty=0.0)
   agreement.assert_same_or_tied(ours, theirs, "ctranslate2")
   assert not any(0 in output for output in theirs)   # <pad> is never generated
   # Its scores (log P, EOS included, without a length penalty) are our model's,
@@ -55,7 +55,7 @@ def _recipe(ctranslate2, transformers, directory, texts, beam_size, limits=None)
   sources = [tokenizer.convert_ids_to_tokens(tokenizer.encode(text)) for text in texts]
   assert all(source[-1] == "</s>" for source in sources)
   outputs = [None] * len(texts)
-  groups = (engines.batches(limits, len(texts)) if limits else
+  groups = (exported_search.batches(limits, len(texts)) if limits else
             [(256, list(range(len(texts))))])          # 256: translate_batch's default
   for limit, group in groups:
     results = translator.translate_batch([sources[i] for i in group], beam_size=beam_size,
@@ -73,7 +73,7 @@ def _ours(cfg, params, ids, beam_size):
 def test_the_documented_recipe_gives_our_translations(extras, ours, trained_workdir, tmp_path):
   cfg, params, _, sources, ids, beam_4 = ours
   out = ctranslate2_lib.export_ctranslate2(trained_workdir, tmp_path / "ct2")
-  limits = engines.output_limits(cfg, ids)   # ours; positions end at cfg.max_len (64)
+  limits = exported_search.output_limits(cfg, ids)   # ours; positions end at cfg.max_len (64)
   for beam_size, expected in ((1, _ours(cfg, params, ids, 1)), (4, beam_4)):
     theirs = _recipe(extras["ctranslate2"], extras["transformers"], out, sources, beam_size,
                      limits)
@@ -89,7 +89,7 @@ def test_random_parameters_give_our_translations(extras, trained_workdir, tmp_pa
   out = ctranslate2_lib.write_ctranslate2(cfg, params, spm_path, tmp_path / "ct2")
   texts = trained.held_out_sources(agreement.NUM_SENTENCES)
   ids = extras["transformers"].MarianTokenizer.from_pretrained(out)(texts)["input_ids"]
-  limits = engines.output_limits(cfg, ids)
+  limits = exported_search.output_limits(cfg, ids)
   greedy = _recipe(extras["ctranslate2"], extras["transformers"], out, texts, 1, limits)
   assert greedy == _ours(cfg, params, ids, 1)
   beam = _recipe(extras["ctranslate2"], extras["transformers"], out, texts, 4, limits)

@@ -13,7 +13,7 @@ import pytest
 
 from export import agreement
 from t2t_jax import errors
-from t2t_jax.export import engines
+from t2t_jax.export import exported_search
 from t2t_jax.export import huggingface
 from t2t_jax.ids import EOS_ID
 from t2t_jax.model import layers
@@ -73,6 +73,6 @@ def test_transformers_loads_the_export_and_its_logits_equal_ours(extras, ours, h
 
 def test_transformers_beam_search_finds_our_translations(ours, hf_model):
   cfg, _, _, _, ids, _ = ours
-  theirs = engines.marian_generate(hf_model, ids, engines.output_limits(cfg, ids), beam_size=4,
+  theirs = exported_search.marian_generate(hf_model, ids, exported_search.output_limits(cfg, ids), beam_size=4,
                                    length_penalty=0.0)
   agreement.assert_same_or_tied(ours, theirs, "transformers")
