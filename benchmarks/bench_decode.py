@@ -8,7 +8,7 @@
     python benchmarks/bench_decode.py --ctranslate2 [--workdir=runs/demo] [--sentences=256]
         [--batch_size=64] [--beam_size=4] [--repeats=3]
 
-`random`: random parameters and source ids, decoded as `programs.decode_batch` does
+`random`: random parameters and source ids, decoded as `batch_decoder.decode_batch` does
 (self-attention buffer of source length + `extra` positions) but with every
 hypothesis running to exactly `output_len` tokens (about a WMT sentence): each
 sentence's limit is `output_len` and the EOS row of the (shared) output
@@ -113,7 +113,7 @@ def _timed(fn, repeats: int) -> tuple[float, float, object]:
 # (search, driver, model): the modules holding `_beam_decode`, `decode_ids` and
 # `init_params` in each layout, newest first; the last is the flat t2t_jax/decode.py
 # of before the subpackages (5ffbee3).
-_LAYOUTS = (("t2t_jax.decoding.programs", "t2t_jax.inference.sentence_batches",
+_LAYOUTS = (("t2t_jax.decoding.batch_decoder", "t2t_jax.inference.sentence_batches",
              "t2t_jax.model.transformer"),
             ("t2t_jax.decoding.batch", "t2t_jax.decoding.batch", "t2t_jax.model.transformer"),
             ("t2t_jax.decoding.decode", "t2t_jax.decoding.decode", "t2t_jax.model.transformer"),

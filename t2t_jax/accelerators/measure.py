@@ -34,7 +34,7 @@ from t2t_jax.accelerators import predict
 from t2t_jax.accelerators import targets
 from t2t_jax.configs import TransformerConfig
 from t2t_jax.decoding import ensemble
-from t2t_jax.decoding import programs
+from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import search as search_lib
 from t2t_jax.ids import EOS_ID
 from t2t_jax.model import transformer
@@ -175,7 +175,7 @@ def decode_speed(cfg: TransformerConfig, sentences: int, repeats: int = 3,
   search = search_lib.Search.from_config(cfg, beam_size=DECODE_BEAM, max_len_a=1.0,
                                          max_decode_extra=0, min_len=source_length)
   members = [ensemble.Member(cfg.model, params)]
-  run = functools.partial(programs.decode_batch, members, inputs, search)
+  run = functools.partial(batch_decoder.decode_batch, members, inputs, search)
   seconds = []
   for _ in range(1 + repeats):  # the first compiles
     start = time.perf_counter()

@@ -5,4 +5,4 @@ Text in, text out is one level up, in `t2t_jax.inference`.
 """
 
 # Its public modules (any other module is a part of these).
-__all__ = ["alignment", "beam_search", "ensemble", "programs", "sampling", "search"]
+__all__ = ["alignment", "batch_decoder", "beam_search", "ensemble", "sampling", "search"]

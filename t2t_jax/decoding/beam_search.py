@@ -8,7 +8,7 @@ The search is written against a step function
 whose cache is a pytree with a leading `rows` dim on every leaf: the model's
 `decode_step` with its config and params bound, an ensemble's
 (decoding/ensemble.py), the uncached reference (decoding/uncached.py), or a
-toy function in the tests. This module imports no model: decoding/programs.py binds
+toy function in the tests. This module imports no model: decoding/batch_decoder.py binds
 one and runs the search over a batch of sentences. Beams are rows
 `batch * beam_size`; the cache's per-row parts are tiled to beams once and
 reordered by parent after every step, its per-sentence parts are shared by the

@@ -3,7 +3,7 @@
     search = Search.from_config(cfg, n_best=4)            # or sample=True, top_k=10, seed=1
     max_len, limits = output_limits(inputs, 50, 1.0, 512)  # the batch's and each sentence's
 
-The compiled programs (decoding/programs.py) take these settings as static
+The compiled programs (decoding/batch_decoder.py) take these settings as static
 arguments; every caller that bounds an output (the server, the exported engines'
 comparison) reads the one rule here.
 """

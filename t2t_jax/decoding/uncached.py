@@ -4,7 +4,7 @@
     tokens, scores = beam_search.beam_search(step_fn, cache, beam_size=4, max_len=max_len)
 
 It exists to check that the incremental cache changes nothing (the same tokens:
-`programs.decode_batch(cached=False)`, tests/decoding/test_uncached.py) and to
+`batch_decoder.decode_batch(cached=False)`, tests/decoding/test_uncached.py) and to
 measure what the cache saves (benchmarks/bench_decode.py --uncached).
 """
 

@@ -6,7 +6,7 @@
 
 `by_length` is the one sort-into-batches loop (inference/streaming.py and
 `decode_ids` use it); `source_rows` shapes each batch from a few buckets, so a
-test set compiles a handful of programs (decoding/programs.py).
+test set compiles a handful of programs (decoding/batch_decoder.py).
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from t2t_jax import configs
 from t2t_jax.data.buckets import bucket_length
 from t2t_jax.decoding import ensemble
 from t2t_jax.decoding import in_flight as in_flight_lib
-from t2t_jax.decoding import programs
+from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import search as search_lib
 from t2t_jax.ids import EOS_ID, strip_eos
 
@@ -81,7 +81,7 @@ def decode_ids(cfg: configs.TransformerConfig, params: Any, sources: Sequence[Se
 
   def best(batch: list[int]) -> list[list[int]]:
     inputs = source_rows([sources[i] for i in batch], batch_size, cfg.max_len)
-    tokens, _ = programs.decode_batch(members, inputs, settings)
+    tokens, _ = batch_decoder.decode_batch(members, inputs, settings)
     return [strip_eos(row) for row in tokens[:, 0]]
 
   found = by_length(best, [len(s) for s in sources], batch_size=batch_size, in_flight=in_flight)

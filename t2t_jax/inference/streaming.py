@@ -7,7 +7,7 @@
 `stream` is that method's engine, which takes loaded models and search settings.
 
 `lines` is any iterable (a file, stdin, a generator): up to `window` lines are
-read, sorted by length into batches of `batch_size`, decoded (`decoding/programs.py`:
+read, sorted by length into batches of `batch_size`, decoded (`decoding/batch_decoder.py`:
 beam search or sampling, one model or an ensemble) and yielded in input order
 before the next window is read, so a million-line file needs the memory of one
 window. With `grouped=True`, `lines` holds groups of lines that arrived
@@ -39,7 +39,7 @@ from t2t_jax.data import vocab
 from t2t_jax.decoding import alignment
 from t2t_jax.decoding import ensemble
 from t2t_jax.decoding import in_flight as in_flight_lib
-from t2t_jax.decoding import programs
+from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import search as search_lib
 from t2t_jax.ids import UNK_ID, strip_eos
 from t2t_jax.inference import long_inputs as long_inputs_lib
@@ -150,7 +150,7 @@ def _translate_batch(members: Sequence[ensemble.Member], tokenizer: vocab.Tokeni
                                               search_lib.max_positions(members)))
   ids = np.zeros(len(inputs), np.int64)
   ids[:len(indices)] = indices
-  tokens, scores = programs.decode_batch(members, inputs, search, ids=ids, store=store)
+  tokens, scores = batch_decoder.decode_batch(members, inputs, search, ids=ids, store=store)
   outputs = [[strip_eos(tokens[b, n]) for n in range(tokens.shape[1])]
              for b in range(len(sources))]
   if aligned is None:

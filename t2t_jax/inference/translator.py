@@ -39,7 +39,7 @@ from t2t_jax.data import buckets
 from t2t_jax.data import vocab
 from t2t_jax.decoding import ensemble
 from t2t_jax.decoding import in_flight as in_flight_lib
-from t2t_jax.decoding import programs as programs_lib
+from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import search as search_lib
 from t2t_jax.inference import long_inputs as long_inputs_lib
 from t2t_jax.inference import streaming
@@ -192,14 +192,14 @@ class Translator:
     Batches of `rows` sentences (default: `decode_batch_size`, which every
     batch of a file but its last fills) of `widths` (default: every width the
     models take), with the config's search settings
-    (`programs.compile_beam_programs`).
+    (`batch_decoder.compile_beam_programs`).
     """
     if self.programs is None:
       raise ValueError("this Translator keeps no programs: make it with programs=True")
     search = search_lib.Search.from_config(self.cfg)
     limit = search_lib.max_positions(self.members)
     widths = widths or sorted({min(buckets.bucket_length(n + 1), limit) for n in range(1, limit)})
-    return sum(programs_lib.compile_beam_programs(self.members, r, width, search, self.programs)
+    return sum(batch_decoder.compile_beam_programs(self.members, r, width, search, self.programs)
                for r in rows or [self.cfg.decode_batch_size] for width in widths)
 
 

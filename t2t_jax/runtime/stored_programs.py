@@ -6,7 +6,7 @@ tracing and compiling them.
     compiled = programs.load_or_compile(key, lower)    # key: JSON-able dict; lower() -> Lowered
     programs.loaded, programs.compiled                 # what it did (counts)
 
-The decoding programs take one as `store=` (decoding/programs.py's
+The decoding programs take one as `store=` (decoding/batch_decoder.py's
 `decode_batch` and `compile_beam_programs`, inference/streaming.py);
 `inference.Translator(workdir, programs=True)` keeps one in WORKDIR/programs.
 

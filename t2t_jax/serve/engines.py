@@ -32,7 +32,7 @@ from t2t_jax import configs
 from t2t_jax import inference
 from t2t_jax.data import buckets
 from t2t_jax.decoding import alignment
-from t2t_jax.decoding import programs
+from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import search as search_lib
 from t2t_jax.export import ctranslate2 as ctranslate2_lib
 from t2t_jax.export import exported_search
@@ -170,9 +170,9 @@ class JaxEngine:
     [skip:skip + count] (default: all) with `settings`; returns how many programs. Once
     `stop` is set, no further shape.
 
-    Every chunk of the search (`programs.chunk_lengths`) of each shape, so that no
+    Every chunk of the search (`batch_decoder.chunk_lengths`) of each shape, so that no
     request pays a compilation; each program runs for a step at most
-    (`programs.compile_beam_programs`), or is loaded from the translator's stored
+    (`batch_decoder.compile_beam_programs`), or is loaded from the translator's stored
     programs (runtime/stored_programs.py). Requests use each shape as soon as it is done.
     """
     search = _search(self, settings)
@@ -181,7 +181,7 @@ class JaxEngine:
     for shape in shapes[skip:None if count is None else skip + count]:
       if stop is not None and stop.is_set():
         break
-      made += programs.compile_beam_programs(self.translator.members, *shape, search,
+      made += batch_decoder.compile_beam_programs(self.translator.members, *shape, search,
                                              self.translator.programs)
       with self._compiled_lock:
         self._compiled.setdefault(settings, set()).add(shape)

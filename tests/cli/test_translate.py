@@ -24,7 +24,7 @@ from t2t_jax.cli import translate
 from t2t_jax.data import demo
 from t2t_jax.data import textio
 from t2t_jax.data import vocab
-from t2t_jax.decoding import programs
+from t2t_jax.decoding import batch_decoder
 from t2t_jax.ids import UNK_ID
 from t2t_jax.inference import bleu
 from t2t_jax.inference import long_inputs
@@ -63,13 +63,13 @@ def test_command_line_stdin_to_stdout_and_files(workdir, translator, monkeypatch
 
   # The flags reach the search.
   calls = []
-  search = programs._beam_decode  # pylint: disable=protected-access
+  search = batch_decoder._beam_decode  # pylint: disable=protected-access
 
   def spy(params, inputs, max_lens, **settings):
     calls.append((inputs.shape, settings))
     return search(params, inputs, max_lens, **settings)
 
-  monkeypatch.setattr(programs, "_beam_decode", spy)
+  monkeypatch.setattr(batch_decoder, "_beam_decode", spy)
   source, target = tmp_path / "in.txt", tmp_path / "out.txt"
   # Short lines: both batches have the same shape, so one program is compiled.
   source.write_text("the dog sleeps\n\na\nthe dog\n", encoding="utf-8")
@@ -287,13 +287,13 @@ def test_flags_as_users_spell_them(workdir, capsys):
 
 def test_device_dtype_and_output_limits_reach_the_search(workdir, tmp_path, monkeypatch):
   calls = []
-  search = programs._beam_decode  # pylint: disable=protected-access
+  search = batch_decoder._beam_decode  # pylint: disable=protected-access
 
   def spy(params, inputs, max_lens, **settings):
     calls.append((np.asarray(inputs), np.asarray(max_lens), settings))
     return search(params, inputs, max_lens, **settings)
 
-  monkeypatch.setattr(programs, "_beam_decode", spy)
+  monkeypatch.setattr(batch_decoder, "_beam_decode", spy)
   try:
     rows = _run(workdir, tmp_path, "--device", "cpu", "--dtype", "bfloat16", "--max_len_a", "0.5",
                 "--max_len_b", "1", "--in_flight", "1")

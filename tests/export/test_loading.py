@@ -13,7 +13,7 @@ from t2t_jax.export import loading
 def test_core_modules_never_import_the_export_libraries():
   code = ("import sys; import t2t_jax.export.huggingface, t2t_jax.export.ctranslate2, "
           "t2t_jax.export.exported_search, t2t_jax.cli.export, t2t_jax.cli.translate, "
-          "t2t_jax.decoding.programs, t2t_jax.runtime.checkpoint, t2t_jax.model.transformer\n"
+          "t2t_jax.decoding.batch_decoder, t2t_jax.runtime.checkpoint, t2t_jax.model.transformer\n"
           "loaded = {'torch', 'transformers', 'ctranslate2', 'safetensors'} & set(sys.modules)\n"
           "assert not loaded, loaded")
   result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,

@@ -5,7 +5,7 @@ import pytest
 
 import tiny
 from t2t_jax.decoding import ensemble
-from t2t_jax.decoding import programs
+from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import search
 from t2t_jax.ids import EOS_ID, strip_eos
 from t2t_jax.inference import sentence_batches
@@ -26,7 +26,7 @@ def test_decode_ids_restores_input_order():
   assert sentence_batches.decode_ids(TINY, params, sources, in_flight=1) == outputs
   # Each sentence decoded on its own gives the same output.
   single = tiny.rows([sources[2], sources[0], sources[1], sources[3]])
-  tokens, _ = programs.decode_batch([ensemble.Member(TINY.model, params)], single,
+  tokens, _ = batch_decoder.decode_batch([ensemble.Member(TINY.model, params)], single,
                                     search.Search.from_config(TINY))
   assert [strip_eos(t) for t in tokens[:, 0]] == [outputs[2], outputs[0], outputs[1], outputs[3]]
   assert all(len(out) <= len(src) + 1 + TINY.max_decode_extra

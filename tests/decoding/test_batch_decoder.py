@@ -16,7 +16,7 @@ from formats import check_well_formed
 from t2t_jax.decoding import alignment
 from t2t_jax.decoding import beam_search
 from t2t_jax.decoding import ensemble
-from t2t_jax.decoding import programs
+from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import search as search_lib
 from t2t_jax.model import transformer
 from t2t_jax.runtime import stored_programs
@@ -37,38 +37,38 @@ def test_two_identical_members_search_like_one(member):
   # One member's step function is the model's own; two average their probabilities.
   inputs = _inputs(0, [7, 3, 0, 5])
   search = search_lib.Search.from_config(TINY, n_best=2)
-  tokens, scores = programs.decode_batch([member], inputs, search)
+  tokens, scores = batch_decoder.decode_batch([member], inputs, search)
   assert tokens.shape[:2] == scores.shape == (4, 2)
   assert (tokens[:, 0] != 0).sum(1).max() > 2  # the model says more than EOS
-  pair_tokens, pair_scores = programs.decode_batch([member, member], inputs, search)
+  pair_tokens, pair_scores = batch_decoder.decode_batch([member, member], inputs, search)
   np.testing.assert_array_equal(pair_tokens, tokens)
   np.testing.assert_allclose(pair_scores, scores, rtol=1e-5)
   with pytest.raises(ValueError, match="cached=False"):
-    programs.decode_batch([member, member], inputs, search, cached=False)
+    batch_decoder.decode_batch([member, member], inputs, search, cached=False)
 
 
 def test_samples_are_sorted_reproducible_and_independent_of_the_batch(member):
   inputs = _inputs(1, [6, 2, 5, 4])
   search = search_lib.Search.from_config(TINY, sample=True, n_best=3, seed=5)
-  tokens, scores = programs.decode_batch([member], inputs, search, ids=[10, 11, 12, 13])
+  tokens, scores = batch_decoder.decode_batch([member], inputs, search, ids=[10, 11, 12, 13])
   assert tokens.shape[:2] == scores.shape == (4, 3)
   assert np.all(np.diff(scores, axis=1) <= 0)
   assert len({tuple(t) for t in tokens.reshape(12, -1)}) > 4  # samples, not copies
   order = [2, 0, 3, 1]
-  moved, moved_scores = programs.decode_batch([member], inputs[order], search,
+  moved, moved_scores = batch_decoder.decode_batch([member], inputs[order], search,
                                               ids=[12, 10, 13, 11])
   np.testing.assert_array_equal(moved, tokens[order])
   np.testing.assert_allclose(moved_scores, scores[order], rtol=1e-6)
-  other, _ = programs.decode_batch([member], inputs, dataclasses.replace(search, seed=6),
+  other, _ = batch_decoder.decode_batch([member], inputs, dataclasses.replace(search, seed=6),
                                    ids=[10, 11, 12, 13])
   assert not np.array_equal(other, tokens)
 
 
 def test_top_1_samples_are_the_greedy_output(member):
   inputs = _inputs(2, [5, 3])
-  greedy, _ = programs.decode_batch([member], inputs,
+  greedy, _ = batch_decoder.decode_batch([member], inputs,
                                     search_lib.Search.from_config(TINY, beam_size=1, alpha=0.0))
-  samples, _ = programs.decode_batch(
+  samples, _ = batch_decoder.decode_batch(
       [member], inputs, search_lib.Search.from_config(TINY, sample=True, top_k=1, n_best=2))
   np.testing.assert_array_equal(samples, np.repeat(greedy, 2, axis=1))
 
@@ -94,8 +94,8 @@ def test_shared_and_chunked_searches_equal_the_tiled_reference(monkeypatch):
     np.testing.assert_array_equal(tokens, ref_tokens)
     np.testing.assert_allclose(scores, ref_scores, rtol=1e-5)
   # decode_batch runs the chunks as programs of their own: the same again.
-  monkeypatch.setattr(programs, "chunk_lengths", lambda max_len: [2, 4, 8, max_len])
-  tokens, scores = programs.decode_batch([ensemble.Member(TINY.model, params)], inputs,
+  monkeypatch.setattr(batch_decoder, "chunk_lengths", lambda max_len: [2, 4, 8, max_len])
+  tokens, scores = batch_decoder.decode_batch([ensemble.Member(TINY.model, params)], inputs,
                                          search_lib.Search.from_config(TINY, n_best=3))
   np.testing.assert_array_equal(tokens, ref_tokens)
   np.testing.assert_allclose(scores, ref_scores, rtol=1e-5)
@@ -103,16 +103,19 @@ def test_shared_and_chunked_searches_equal_the_tiled_reference(monkeypatch):
 
 def test_a_run_field_compiles_no_decoding_program_again(member, monkeypatch):
   """Decoding programs take cfg.model: configs differing in a training field share them."""
-  monkeypatch.setattr(programs, "chunk_lengths", lambda max_len: [2, 4, max_len])  # _run runs too
+  # _run runs too
+  monkeypatch.setattr(batch_decoder, "chunk_lengths", lambda max_len: [2, 4, max_len])
   # pylint: disable=protected-access
-  compiled_programs = {"_start": programs._start, "_run": programs._run,
-                       "_sample": programs._sample, "_cross_attention": alignment._cross_attention}
+  compiled_programs = {"_start": batch_decoder._start, "_run": batch_decoder._run,
+                       "_sample": batch_decoder._sample,
+                       "_cross_attention": alignment._cross_attention}
   inputs = _inputs(4, [5, 2])
 
   def decode_all(cfg):
     one = ensemble.Member(cfg.model, member.params)
-    programs.decode_batch([one], inputs, search_lib.Search.from_config(cfg))
-    programs.decode_batch([one], inputs, search_lib.Search.from_config(cfg, sample=True, n_best=2))
+    batch_decoder.decode_batch([one], inputs, search_lib.Search.from_config(cfg))
+    batch_decoder.decode_batch([one], inputs,
+                               search_lib.Search.from_config(cfg, sample=True, n_best=2))
     alignment.cross_attention(cfg.model, member.params, inputs, inputs)
     return {name: program._cache_size() for name, program in compiled_programs.items()}
 
@@ -124,14 +127,14 @@ def test_a_run_field_compiles_no_decoding_program_again(member, monkeypatch):
 def test_compile_beam_programs_leaves_nothing_to_compile_for_a_batch_of_its_shape(member,
                                                                                  monkeypatch):
   """What a server's warm-up relies on: every chunk's program, though it decodes nothing."""
-  monkeypatch.setattr(programs, "chunk_lengths", lambda max_len: [2, 4, max_len])  # 3 programs
+  monkeypatch.setattr(batch_decoder, "chunk_lengths", lambda max_len: [2, 4, max_len])  # 3 programs
   jax.clear_caches()   # programs earlier tests compiled would hide one it misses
-  beam_programs = (programs._start, programs._run)  # pylint: disable=protected-access
+  beam_programs = (batch_decoder._start, batch_decoder._run)  # pylint: disable=protected-access
   inputs = _inputs(4, [5, 2])
   search = search_lib.Search.from_config(TINY)
-  assert programs.compile_beam_programs([member], *inputs.shape, search) == 3
+  assert batch_decoder.compile_beam_programs([member], *inputs.shape, search) == 3
   compiled = [program._cache_size() for program in beam_programs]
-  tokens, _ = programs.decode_batch([member], inputs, search)
+  tokens, _ = batch_decoder.decode_batch([member], inputs, search)
   assert (tokens[:, 0] != 0).sum(1).max() > 4       # the search ran past the chunks at 2 and 4
   assert [program._cache_size() for program in beam_programs] == compiled
 
@@ -139,14 +142,15 @@ def test_compile_beam_programs_leaves_nothing_to_compile_for_a_batch_of_its_shap
 def test_stored_programs_decode_as_compiled_ones_and_are_loaded_not_compiled(member, tmp_path,
                                                                             monkeypatch):
   """What t2t-translate relies on: a new process loads every decoding program from the store."""
-  monkeypatch.setattr(programs, "chunk_lengths", lambda max_len: [2, 4, max_len])  # _run runs too
+  # _run runs too
+  monkeypatch.setattr(batch_decoder, "chunk_lengths", lambda max_len: [2, 4, max_len])
   inputs = _inputs(4, [5, 2, 7])
   beam = search_lib.Search.from_config(TINY, n_best=2)
   sample = search_lib.Search.from_config(TINY, sample=True, n_best=2, seed=3)
-  expected = [programs.decode_batch([member], inputs, s) for s in (beam, sample)]
+  expected = [batch_decoder.decode_batch([member], inputs, s) for s in (beam, sample)]
   first = stored_programs.Store(tmp_path)
   for search, (tokens, scores) in zip((beam, sample), expected):
-    got = programs.decode_batch([member], inputs, search, store=first)
+    got = batch_decoder.decode_batch([member], inputs, search, store=first)
     np.testing.assert_array_equal(got[0], tokens)
     np.testing.assert_allclose(got[1], scores, rtol=1e-6)
   assert first.compiled == 4 and first.loaded == 0     # _start, _run twice, _sample
@@ -157,7 +161,7 @@ def test_stored_programs_decode_as_compiled_ones_and_are_loaded_not_compiled(mem
   jax.clear_caches()
   second = stored_programs.Store(tmp_path)               # as a new process would
   for search, (tokens, scores) in zip((beam, sample), expected):
-    got = programs.decode_batch([member], inputs, search, store=second)
+    got = batch_decoder.decode_batch([member], inputs, search, store=second)
     np.testing.assert_array_equal(got[0], tokens)
     np.testing.assert_allclose(got[1], scores, rtol=1e-6)
   assert (second.compiled, second.loaded) == (0, 4)
