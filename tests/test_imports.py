@@ -33,11 +33,10 @@ def _layer_entries() -> dict[str, int]:
 
 
 def _layer_of(module: str, entries: dict[str, int]) -> int | None:
-  """The layer of a module: its own entry, else its package's."""
-  if module in entries:
-    return entries[module]
-  package = module.rsplit(".", 1)[0] if "." in module else None
-  return entries.get(package) if package else None
+  """The layer of a module: its own entry, else the nearest enclosing package's."""
+  while module not in entries and "." in module:
+    module = module.rsplit(".", 1)[0]
+  return entries.get(module)
 
 
 def _resolve(module: str, name: str | None) -> str:

@@ -9,8 +9,8 @@ PACKAGE = ROOT / "t2t_jax"
 # Modules without a test file of their name, each with the reason. Keep it short: a module
 # that is tested gets its file.
 EXCEPTIONS = {
-    "data/demo_lexicon.py": "data only (the demo's words); tests/data/test_demo.py reads them "
-                            "through the corpus",
+    "data/demo/lexicon.py": "data only (the demo's words); tests/data/demo/test_corpus.py reads "
+                            "them through the corpus",
 }
 
 

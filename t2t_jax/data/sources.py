@@ -1,6 +1,6 @@
 """Where the text pairs come from: one source per `config.dataset`.
 
-    "demo"   the generated corpus (datasets/demo.py), written once into WORKDIR/data/demo
+    "demo"   the generated corpus (data/demo/), written once into WORKDIR/data/demo
     "text"   the user's files: config.{train,dev,test}_files, each "src_path,tgt_path"
              (line-aligned) or one .tsv path; without test_files there is no test set
     other    a tfds name such as "wmt14_translate/de-en" (data/wmt.py; imports TensorFlow)

@@ -33,9 +33,9 @@ import os
 import random
 from typing import Optional
 
-from t2t_jax.data import demo_lexicon
-from t2t_jax.data.demo_syntax import (ADJ_WORDS, NOUN_LIST, NP, VERB_LIST, Clause, Verb,
-                                          number_words, pp_german, render)
+from t2t_jax.data.demo import lexicon
+from t2t_jax.data.demo.syntax import (ADJ_WORDS, NOUN_LIST, NP, VERB_LIST, Clause, Verb,
+                                      number_words, pp_german, render)
 
 log = logging.getLogger(__name__)
 
@@ -53,7 +53,7 @@ class _Generator:
 
   def __init__(self, seed: int):
     self.rng = random.Random(seed)
-    weights = [d[4] for d in demo_lexicon.DETERMINERS]
+    weights = [d[4] for d in lexicon.DETERMINERS]
     self._det_cum = list(_cumulative(weights))
 
   def noun_phrase(self, cats: str, depth: int = 0, allow_number: bool = True,
@@ -76,7 +76,7 @@ class _Generator:
       np.det = ("", "", "bare")
     else:
       while True:
-        d = demo_lexicon.DETERMINERS[_pick(self._det_cum, r.random())]
+        d = lexicon.DETERMINERS[_pick(self._det_cum, r.random())]
         if ("p" if np.plural else "s") in d[3]:
           break
       np.det = d[:3]
@@ -111,11 +111,11 @@ class _Generator:
     """A clause; with `object_np` the object is left out (it is a relative pronoun)."""
     r = self.rng
     c = Clause()
-    c.tense = tense or demo_lexicon.TENSES[_pick(_TENSE_CUM, r.random())]
+    c.tense = tense or lexicon.TENSES[_pick(_TENSE_CUM, r.random())]
     if allow_time and depth == 0 and r.random() < 0.3:
       options = _TIMES_FOR[c.tense]
       if r.random() < 0.1:
-        options = [(("on", d_en), ("am", d_de), "") for d_en, d_de in demo_lexicon.DAYS]
+        options = [(("on", d_en), ("am", d_de), "") for d_en, d_de in lexicon.DAYS]
       elif r.random() < 0.1:
         n = r.randint(1, 12)
         en, de = number_words(n)
@@ -135,21 +135,21 @@ class _Generator:
       c.subj = subject
     elif r.random() < 0.15 and depth == 0:
       c.subj = NP()
-      c.subj.pronoun = _choice(r, demo_lexicon.SUBJECT_PRONOUNS)
+      c.subj.pronoun = _choice(r, lexicon.SUBJECT_PRONOUNS)
       c.subj.plural = c.subj.pronoun[2][1] == "p"
       c.subj.det = ("", "", "pron")
     else:
       c.subj = self.noun_phrase(verb.subj if verb else "pav", depth, allow_rel=depth == 0)
     c.negated = r.random() < 0.12
     if r.random() < 0.08 and not c.negated and depth == 0:
-      c.freq = _choice(r, demo_lexicon.FREQUENCY)
+      c.freq = _choice(r, lexicon.FREQUENCY)
     if verb is None:
       cat = "p" if c.subj.pronoun else c.subj.noun.cats[0]
       if r.random() < 0.75:
         adj = _choice(r, _ADJ_BY_CAT[cat])
         c.predicate = ([adj[0]], [adj[1]])
       else:
-        prep_en, prep_de = _choice(r, demo_lexicon.LOCATIONS)
+        prep_en, prep_de = _choice(r, lexicon.LOCATIONS)
         place = self.noun_phrase("l", depth + 1, allow_number=False, allow_rel=False)
         c.predicate = (prep_en.split() + place.english(), pp_german(prep_de, place, "dat"))
       return c
@@ -179,11 +179,11 @@ class _Generator:
       c.complement = self.clause(depth=depth + 1, allow_time=False)
     if verb.frame in "itm" and depth == 0 and r.random() < 0.25:
       if r.random() < 0.6:
-        prep_en, prep_de = _choice(r, demo_lexicon.LOCATIONS)
+        prep_en, prep_de = _choice(r, lexicon.LOCATIONS)
         place = self.noun_phrase("l", depth + 1, allow_number=False, allow_rel=False)
         c.adjuncts.append((prep_en.split() + place.english(), pp_german(prep_de, place, "dat")))
       else:
-        prep_en, prep_de, case = _choice(r, demo_lexicon.COMPANIONS)
+        prep_en, prep_de, case = _choice(r, lexicon.COMPANIONS)
         other = self.noun_phrase("pa", depth + 1, allow_rel=False)
         c.adjuncts.append(([prep_en] + other.english(), pp_german(prep_de, other, case)))
     return c
@@ -222,7 +222,7 @@ class _Generator:
     r = self.rng
     main = self.clause()
     sub = self.clause(allow_time=False)
-    conj_en, conj_de = _choice(r, demo_lexicon.SUBORDINATORS)
+    conj_en, conj_de = _choice(r, lexicon.SUBORDINATORS)
     if conj_de is None:  # "when": "als" for one past event, otherwise "wenn"
       conj_de = "als" if sub.tense in ("past", "could") else "wenn"
     return main, sub, conj_en, conj_de
@@ -248,11 +248,11 @@ def _pick(cum: list[float], u: float) -> int:
   return len(cum) - 1
 
 
-_TENSE_CUM = list(_cumulative(demo_lexicon.TENSE_WEIGHTS))
+_TENSE_CUM = list(_cumulative(lexicon.TENSE_WEIGHTS))
 _FRAME_CUM = list(_cumulative([3, 7, 1.5, 1.5, 1]))  # i t d m c; no that-clauses when nested
 _FRAME_CUM_NO_C = list(_cumulative([3, 7, 1.5, 1.5, 0]))
-_TIMES_FOR = {t: [x for x in demo_lexicon.TIMES if t in x[2].split()] for t in demo_lexicon.TENSES}
-_ADJ_BY_CAT = {cat: [a for a in demo_lexicon.ADJECTIVES if a[0] in words]
+_TIMES_FOR = {t: [x for x in lexicon.TIMES if t in x[2].split()] for t in lexicon.TENSES}
+_ADJ_BY_CAT = {cat: [a for a in lexicon.ADJECTIVES if a[0] in words]
                for cat, words in ADJ_WORDS.items()}
 
 

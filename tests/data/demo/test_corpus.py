@@ -5,7 +5,7 @@ import re
 import pytest
 
 from t2t_jax.data import demo
-from t2t_jax.data import demo_syntax
+from t2t_jax.data.demo import syntax
 
 
 @pytest.fixture(scope="module")
@@ -17,7 +17,7 @@ def _verb_forms() -> set[str]:
   """Every finite German verb form the lexicon can produce (plus auxiliaries)."""
   forms = {"ist", "sind", "bin", "war", "waren", "wird", "werden", "werde", "kann", "können",
            "konnte", "konnten"}
-  for v in demo_syntax.VERB_LIST:
+  for v in syntax.VERB_LIST:
     stems = [v.inf, v.de3, v.inf[:-1], v.past, v.past + ("n" if v.past.endswith("e") else "en"),
              "weiß"]
     forms.update(stems)
@@ -61,7 +61,7 @@ def test_splits_do_not_overlap(tmp_path):
 
 
 def test_numbers_in_corpus_are_translated(pairs):
-  table = dict(demo_syntax.number_words(n) for n in range(2, 100))
+  table = dict(syntax.number_words(n) for n in range(2, 100))
   seen = 0
   for en, de in pairs:
     for word in re.findall(r"\b[a-z]+-[a-z]+\b", en):

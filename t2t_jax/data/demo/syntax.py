@@ -4,14 +4,14 @@ A `Clause` is kept in parts (subject, verb, tense, objects, adjuncts, ...) so
 that German can put them in main-clause (verb-second), question, subordinate
 (verb-final) or relative-clause order; `NP` renders a noun phrase with the
 article, adjective endings and noun form its case, gender and number ask for.
-Which phrases are built, and how often, is `demo.py`'s job.
+Which phrases are built, and how often, is `corpus.py`'s job.
 """
 
 from __future__ import annotations
 
 from typing import Optional
 
-from t2t_jax.data import demo_lexicon
+from t2t_jax.data.demo import lexicon
 
 
 def number_words(n: int) -> tuple[str, str]:
@@ -19,17 +19,17 @@ def number_words(n: int) -> tuple[str, str]:
   if not 1 <= n <= 99:
     raise ValueError(f"n={n} is out of range: number words cover 1..99")
   if n < 20:
-    return demo_lexicon.ONES_EN[n], demo_lexicon.ONES_DE[n]
+    return lexicon.ONES_EN[n], lexicon.ONES_DE[n]
   tens, ones = divmod(n, 10)
   if ones == 0:
-    return demo_lexicon.TENS_EN[tens], demo_lexicon.TENS_DE[tens]
-  one_de = "ein" if ones == 1 else demo_lexicon.ONES_DE[ones]
-  return (f"{demo_lexicon.TENS_EN[tens]}-{demo_lexicon.ONES_EN[ones]}",
-          f"{one_de}und{demo_lexicon.TENS_DE[tens]}")
+    return lexicon.TENS_EN[tens], lexicon.TENS_DE[tens]
+  one_de = "ein" if ones == 1 else lexicon.ONES_DE[ones]
+  return (f"{lexicon.TENS_EN[tens]}-{lexicon.ONES_EN[ones]}",
+          f"{one_de}und{lexicon.TENS_DE[tens]}")
 
 
 class Noun:
-  """A noun's English and German forms, gender and categories (see demo_lexicon.NOUNS)."""
+  """A noun's English and German forms, gender and categories (see lexicon.NOUNS)."""
 
   __slots__ = ("en_sg", "en_pl", "gender", "de_sg", "de_pl", "de_dat_pl", "de_obl", "cats",
                "adjectives")
@@ -39,11 +39,11 @@ class Noun:
     self.de_sg, self.de_pl, self.de_obl = de_sg, de_pl, de_obl or de_sg
     self.de_dat_pl = None if de_pl is None else (
         de_pl if de_pl[-1] in "ns" else de_pl + "n")
-    self.adjectives = [a for a in demo_lexicon.ADJECTIVES if a[0] in ADJ_WORDS[cats[0]]]
+    self.adjectives = [a for a in lexicon.ADJECTIVES if a[0] in ADJ_WORDS[cats[0]]]
 
 
 class Verb:
-  """A verb's forms and what it takes, parsed from one line of demo_lexicon.VERBS."""
+  """A verb's forms and what it takes, parsed from one line of lexicon.VERBS."""
 
   __slots__ = ("en3", "en", "en_past", "en_particle", "inf", "de3", "past", "particle",
                "subj", "obj", "frame")
@@ -57,16 +57,16 @@ class Verb:
     self.subj, self.obj, self.frame = subj[0], obj[0].strip("-"), frame[0]
 
 
-ADJ_WORDS = {cat: set(words.split()) for cat, words in demo_lexicon.ADJ_FOR.items()}
+ADJ_WORDS = {cat: set(words.split()) for cat, words in lexicon.ADJ_FOR.items()}
 
 
 def _build_nouns() -> list[Noun]:
-  nouns = [Noun(*entry) for entry in demo_lexicon.NOUNS]
+  nouns = [Noun(*entry) for entry in lexicon.NOUNS]
   by_en = {n.en_sg: n for n in nouns}
-  for en_mod, de_mod, heads in demo_lexicon.COMPOUNDS:
+  for en_mod, de_mod, heads in lexicon.COMPOUNDS:
     for head in heads:
-      if head in demo_lexicon.HEAD_ONLY:
-        en_pl, gender, de_sg, de_pl, cats = demo_lexicon.HEAD_ONLY[head]
+      if head in lexicon.HEAD_ONLY:
+        en_pl, gender, de_sg, de_pl, cats = lexicon.HEAD_ONLY[head]
         base = Noun(head, en_pl, gender, de_sg, de_pl, cats)
       else:
         base = by_en[head]
@@ -79,7 +79,7 @@ def _build_nouns() -> list[Noun]:
 
 
 NOUN_LIST = _build_nouns()
-VERB_LIST = [Verb(line) for line in demo_lexicon.VERBS.strip().splitlines()]
+VERB_LIST = [Verb(line) for line in lexicon.VERBS.strip().splitlines()]
 
 
 class NP:
@@ -138,22 +138,22 @@ class NP:
     if negate and self.negatable:
       stem, kind = "kein", "ein"
     if kind == "def":
-      words.append(demo_lexicon.DEFINITE[case][gn])
-      adj_table = demo_lexicon.WEAK_ADJ
+      words.append(lexicon.DEFINITE[case][gn])
+      adj_table = lexicon.WEAK_ADJ
     elif kind == "der":
-      words.append(stem + demo_lexicon.DER_WORD[case][gn])
-      adj_table = demo_lexicon.WEAK_ADJ
+      words.append(stem + lexicon.DER_WORD[case][gn])
+      adj_table = lexicon.WEAK_ADJ
     elif kind == "ein":
-      words.append(stem + demo_lexicon.EIN_WORD[case][gn])
-      adj_table = demo_lexicon.MIXED_ADJ
+      words.append(stem + lexicon.EIN_WORD[case][gn])
+      adj_table = lexicon.MIXED_ADJ
     elif kind == "none":
-      words.append(stem + demo_lexicon.STRONG_ADJ[case][gn])
-      adj_table = demo_lexicon.STRONG_ADJ
+      words.append(stem + lexicon.STRONG_ADJ[case][gn])
+      adj_table = lexicon.STRONG_ADJ
     elif kind == "num":
       words.append(stem)
-      adj_table = demo_lexicon.STRONG_ADJ
+      adj_table = lexicon.STRONG_ADJ
     else:  # bare plural or mass noun
-      adj_table = demo_lexicon.STRONG_ADJ
+      adj_table = lexicon.STRONG_ADJ
     ending = adj_table[case][gn]
     words.extend(adj[2] + ending for adj in self.adjs)
     if self.plural:
@@ -311,8 +311,8 @@ class Clause:
         "".join(end) + finite]
     gn = head.gn()
     if self.rel_role == "subj":
-      return [demo_lexicon.DEFINITE["nom"][gn]] + self._middle() + verbs
-    return [demo_lexicon.DEFINITE["acc"][gn]] + self.subj.german("nom") + self._middle() + verbs
+      return [lexicon.DEFINITE["nom"][gn]] + self._middle() + verbs
+    return [lexicon.DEFINITE["acc"][gn]] + self.subj.german("nom") + self._middle() + verbs
 
   def _german_complement(self) -> list[str]:
     if self.complement is None:
@@ -323,7 +323,7 @@ class Clause:
 
 def pp_german(prep: str, np: NP, case: str) -> list[str]:
   words = np.german(case)
-  fused = demo_lexicon.CONTRACT.get((prep, words[0])) if np.det[2] == "def" else None
+  fused = lexicon.CONTRACT.get((prep, words[0])) if np.det[2] == "def" else None
   if fused is not None:
     return [fused] + words[1:]
   return [prep] + words

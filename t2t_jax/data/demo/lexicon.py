@@ -1,6 +1,6 @@
 """The demo corpus's lexicon: words, their forms and the morphology tables (data only).
 
-The grammar that combines them is in `demo_syntax.py` (rendering) and `demo.py`
+The grammar that combines them is in `syntax.py` (rendering) and `corpus.py`
 (sampling). Changing any entry changes the generated corpus.
 """
 
