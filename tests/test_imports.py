@@ -7,6 +7,7 @@ placed there rather than with its package. Only the commands (t2t_jax/cli/) impo
 """
 
 import ast
+import json
 import pathlib
 import re
 
@@ -170,3 +171,99 @@ def test_modules_are_imported_by_their_own_name_or_name_lib():
            for path in sorted(folder.rglob("*.py"))]
   renamed = [line for path in paths for line in _renamed_modules(path)]
   assert not renamed, "import these modules as themselves or <name>_lib:\n" + "\n".join(renamed)
+
+
+# Code outside the package that imports from it as a user would: the scripts beside it.
+SCRIPTS = ("benchmarks", "experiments", "notebooks")
+
+
+def _sources() -> list[tuple[str, str]]:
+  """(where, Python text) of every module of the package and every script and notebook beside it."""
+  paths = sorted(PACKAGE.rglob("*.py")) + [p for folder in SCRIPTS
+                                           for p in sorted((ROOT / folder).rglob("*.py"))]
+  sources = [(str(p.relative_to(ROOT)), p.read_text()) for p in paths]
+  for notebook in sorted((ROOT / "notebooks").rglob("*.ipynb")):
+    cells = json.loads(notebook.read_text())["cells"]
+    code = ["".join(c["source"]) for c in cells if c["cell_type"] == "code"]
+    lines = [line for line in "\n".join(code).splitlines() if not line.lstrip().startswith(("%", "!"))]
+    sources.append((str(notebook.relative_to(ROOT)), "\n".join(lines)))
+  return sources
+
+
+def _is_package(dotted: str) -> bool:
+  return (PACKAGE / dotted.replace(".", "/") / "__init__.py").exists()
+
+
+def _imported_from_packages(where: str, tree: ast.AST) -> set[tuple[str, str]]:
+  """(package, name) for each name one of the package's subpackages gives `where` from outside,
+  and (module, name) for each private name taken from a module of another package.
+
+  `from t2t_jax.data.demo import corpus` in serve/ takes `demo` from `data` and `corpus` from
+  `data.demo`; `from t2t_jax import inference` then `inference.Translator` takes `Translator`.
+  """
+  inside = _module_name(ROOT / where) if where.startswith("t2t_jax/") else ""
+  paths, bound = [], {}
+  for node in ast.walk(tree):
+    if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "t2t_jax":
+      module = node.module[len("t2t_jax"):].lstrip(".")
+      for alias in node.names:
+        paths.append(f"{module}.{alias.name}".lstrip("."))
+        if _is_package(paths[-1]):
+          bound[alias.asname or alias.name] = paths[-1]
+    elif isinstance(node, ast.Import):
+      paths += [a.name[len("t2t_jax."):] for a in node.names if a.name.startswith("t2t_jax.")]
+  paths += [f"{bound[n.value.id]}.{n.attr}" for n in ast.walk(tree) if isinstance(n, ast.Attribute)
+            and isinstance(n.value, ast.Name) and n.value.id in bound]
+  def outside(package):
+    return inside != package and not inside.startswith(package + ".")
+
+  found = set()
+  for path in paths:
+    parts = path.split(".")
+    for i in range(1, len(parts)):
+      package = ".".join(parts[:i])
+      if not _is_package(package):   # a module: the private names taken from another package's
+        if outside(".".join(parts[:i - 1])):
+          found |= {(package, name) for name in parts[i:] if name.startswith("_")}
+        break
+      if outside(package):
+        found.add((package, parts[i]))
+  return found
+
+
+def _cross_package_imports() -> dict[tuple[str, str], list[str]]:
+  """{(package, name): where it is imported from outside that package}."""
+  found = {}
+  for where, text in _sources():
+    for key in _imported_from_packages(where, ast.parse(text)):
+      found.setdefault(key, []).append(where)
+  return found
+
+
+def _commands() -> set[str]:
+  """The cli modules that users run: the console scripts and `python -m t2t_jax.cli.<name>`."""
+  texts = [(ROOT / "setup.py").read_text(), (ROOT / "README.md").read_text(),
+           *(p.read_text() for p in sorted((ROOT / "docs").glob("*.md")))]
+  return {name for text in texts for name in re.findall(r"\bt2t_jax\.cli\.(\w+)", text)
+          if (PACKAGE / "cli" / f"{name}.py").exists()}
+
+
+def test_every_package_s_all_is_what_other_code_imports_from_it():
+  """Public is what is in use: a name imported across packages (or by benchmarks/,
+  experiments/, notebooks/) is in that package's `__all__`, and `__all__` names nothing else
+  (cli's also names the commands users run)."""
+  imported = _cross_package_imports()
+  private = sorted(f"{module}.{name} ({', '.join(sorted(where))})"
+                   for (module, name), where in imported.items() if name.startswith("_"))
+  assert not private, "private names imported from another package:\n" + "\n".join(private)
+  declared = {_module_name(init): _package_names(init)[0] or []
+              for init in sorted(PACKAGE.rglob("__init__.py")) if init.parent != PACKAGE}
+  private = sorted(f"{package}.{name} ({', '.join(sorted(where))})"
+                   for (package, name), where in imported.items()
+                   if name not in declared[package])
+  assert not private, ("imported from outside their package but missing from its __all__:\n"
+                       + "\n".join(private))
+  commands = {("cli", name) for name in _commands()}
+  unused = sorted(f"{package}.{name}" for package, names in declared.items() for name in names
+                  if (package, name) not in imported and (package, name) not in commands)
+  assert not unused, f"in an __all__ but imported by no other package or script: {unused}"

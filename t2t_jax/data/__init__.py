@@ -4,5 +4,4 @@
 """
 
 # Its public modules (any other module is a part of these).
-__all__ = ["batching", "buckets", "dataset", "demo", "packing", "sources", "textio", "tokenized",
-           "vocab", "wmt"]
+__all__ = ["buckets", "dataset", "demo", "packing", "textio", "vocab"]

@@ -1,4 +1,4 @@
 """Training: the loop (`trainer`), the per-device steps, loss, optimiser, device mapping, memory fitting, FLOPs, metrics."""
 
 # Its public modules (any other module is a part of these).
-__all__ = ["flops", "loss", "memory", "metrics_writer", "optim", "parallel", "steps", "trainer"]
+__all__ = ["flops", "memory", "optim", "parallel", "steps", "trainer"]
