@@ -1,10 +1,10 @@
 """The one command line of every script.
 
-    parser = cli.parser("t2t-foo", __doc__, config="demo")  # config=None: no config flags
+    parser = flags.parser("t2t-foo", __doc__, config="demo")  # config=None: no config flags
     parser.add_argument("--workdir", ...)                    # the script's own flags
     args = parser.parse_args(argv)
-    cfg = cli.config(args, defaults={...})   # the preset, then `defaults`, then --config.<field>
-    cfg = cli.parse_config(["--config=demo", "--config.d_model=64"])   # config flags alone
+    cfg = flags.config(args, defaults={...})  # the preset, then `defaults`, then --config.<field>
+    cfg = flags.parse_config(["--config=demo", "--config.d_model=64"])  # config flags alone
 
 `--config=<preset>` names a preset of configs.py and `--config.<field>=<value>`
 sets any field of `TransformerConfig`, typed by the field's annotation; `--help`
