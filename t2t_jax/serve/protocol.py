@@ -1,6 +1,7 @@
 """The API's requests and answers, and the checks that turn bad input into one-line errors.
 
-    body = TranslateRequest.model_validate(parse_json(raw))   # ApiError 400 / 422
+    check_content_type(request.headers.get("content-type"))   # ApiError 415
+    body = validate(TranslateRequest, parse_json(raw))        # ApiError 400 / 422
     check_lines(body.text, limits)                            # ApiError 413 / 422
 
 Every refusal is an `ApiError`: an HTTP status and one line that names what is
@@ -9,6 +10,7 @@ wrong (the field, the line number, the limit), sent as {"error": "..."}.
 
 from __future__ import annotations
 
+import collections
 import dataclasses
 import json
 import unicodedata
@@ -17,10 +19,22 @@ from typing import Any, Optional, Sequence
 import pydantic
 
 
+MAX_MESSAGE = 500       # characters of an error message: a client's field names may be long
+MAX_NUMBER = 40         # characters of a JSON number: no field needs more
+
+
+def _printable(message: str) -> str:
+  """`message` as one printable line: what a client sent may hold line breaks or surrogates."""
+  if not message.isprintable():
+    message = "".join(c if c.isprintable() else json.dumps(c)[1:-1] for c in message)
+  return message if len(message) <= MAX_MESSAGE else message[:MAX_MESSAGE - 3] + "..."
+
+
 class ApiError(Exception):
   """A refused request: `status`, a one-line `message`, extra `headers`."""
 
   def __init__(self, status: int, message: str, headers: Optional[dict[str, str]] = None):
+    message = _printable(message)
     super().__init__(message)
     self.status, self.message, self.headers = status, message, headers or {}
 
@@ -77,17 +91,57 @@ class Error(pydantic.BaseModel):
   error: str
 
 
+def check_content_type(value: Optional[str]) -> None:
+  """415 unless the body is declared JSON (or not declared at all)."""
+  if value is not None and value.partition(";")[0].strip().lower() != "application/json":
+    raise ApiError(415, f"the request body must be JSON (Content-Type: application/json), "
+                        f"not {value}")
+
+
+def _object(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+  value = dict(pairs)
+  if len(value) < len(pairs):   # json.loads would keep the last silently
+    counts = collections.Counter(key for key, _ in pairs)
+    twice = next(key for key, count in counts.items() if count > 1)
+    raise ApiError(400, f"the key {json.dumps(twice)} appears twice in one object")
+  return value
+
+
+def _short(number: str) -> str:
+  # int() refuses (ValueError) or takes quadratic time over thousands of digits.
+  if len(number) > MAX_NUMBER:
+    raise ApiError(400, f"a number of {len(number)} characters; the limit is {MAX_NUMBER}")
+  return number
+
+
+def _int(number: str) -> int:
+  return int(_short(number))
+
+
+def _float(number: str) -> float:
+  return float(_short(number))
+
+
+def _constant(name: str) -> Any:
+  raise ApiError(400, f"{name} is not JSON (RFC 8259): send a number or null")
+
+
 def parse_json(body: bytes) -> Any:
-  """The JSON value of a request body; ApiError 400 for bytes that are not UTF-8 JSON."""
+  """The JSON value of a request body; ApiError 400 for bytes that are not UTF-8 JSON, for NaN
+  and Infinity, a key twice in one object, a number of more than MAX_NUMBER characters, and
+  nesting past Python's recursion limit."""
   try:
     text = body.decode("utf-8")
   except UnicodeDecodeError as e:
     raise ApiError(400, f"the request body is not valid UTF-8 (byte {e.start})") from None
   try:
-    return json.loads(text)
+    return json.loads(text, object_pairs_hook=_object, parse_int=_int, parse_float=_float,
+                      parse_constant=_constant)
   except json.JSONDecodeError as e:
     raise ApiError(400, f"the request body is not valid JSON: {e.msg} at line {e.lineno} "
                         f"column {e.colno}") from None
+  except RecursionError:
+    raise ApiError(400, "the request body's JSON nests too deeply") from None
 
 
 def validate(model: type[pydantic.BaseModel], value: Any) -> Any:
