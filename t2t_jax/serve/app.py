@@ -8,9 +8,10 @@
 Routes: `POST /v1/translate`, `POST /v1/attention` (the page's heatmap),
 `GET /v1/model`, `GET /health` (200 once the warm-up has compiled the decoding
 programs, 503 before), `GET /metrics` (Prometheus), `GET /` (the page),
-`GET /docs` (the OpenAPI page). Every error is {"error": "one line"}; an
-overloaded or starting server answers 503 with Retry-After. A request whose
-client disconnects leaves the queue at once.
+`GET /docs` (the OpenAPI page). Every error is {"error": "one line"}, malformed
+requests' too, however deep their JSON or long their body; an overloaded or
+starting server answers 503 with Retry-After. A request whose client disconnects
+leaves the queue at once, and costs one line of log.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ import asyncio
 import concurrent.futures
 import contextlib
 import dataclasses
+import json
 import logging
 import pathlib
 import signal
@@ -34,7 +36,9 @@ from fastapi import responses
 from fastapi import staticfiles
 from starlette import exceptions as starlette_exceptions
 from starlette.concurrency import run_in_threadpool
+from starlette.requests import ClientDisconnect
 import uvicorn
+from uvicorn.protocols.http import httptools_impl
 
 from t2t_jax import errors
 from t2t_jax.inference import streaming
@@ -47,6 +51,7 @@ log = logging.getLogger(__name__)
 
 STATIC = pathlib.Path(__file__).with_name("static")
 RETRY_AFTER = "1"     # seconds: a batch of the demo model decodes in well under that
+CLIENT_GONE = 499     # nginx's "client closed request"; nobody reads it
 
 
 @dataclasses.dataclass(frozen=True)
@@ -58,6 +63,7 @@ class Options:
   max_wait: float = 0.005
   workers: int = 3
   limits: protocol.Limits = protocol.Limits()
+  body_timeout: float = 60.0   # seconds without a byte of a request's body: 408 (nginx's default)
 
 
 class _State:
@@ -80,18 +86,39 @@ def _error(e: protocol.ApiError) -> responses.JSONResponse:
   return responses.JSONResponse({"error": e.message}, e.status, headers=e.headers)
 
 
-async def _body(request: fastapi.Request, limit: int) -> bytes:
-  """The request body, refused with 413 as soon as it passes `limit` bytes."""
+async def _body(request: fastapi.Request, limit: int, timeout: float) -> bytes:
+  """The request body, refused with 413 as soon as it passes `limit` bytes, with 408 once no
+  byte of it has come for `timeout` seconds (a Content-Length that promises more than comes);
+  ApiError CLIENT_GONE if the client leaves first."""
   declared = request.headers.get("content-length", "")
   if declared.isdigit() and int(declared) > limit:
     raise protocol.ApiError(413, f"the request body has {declared} bytes; the limit is {limit}")
   chunks, size = [], 0
-  async for chunk in request.stream():
-    size += len(chunk)
-    if size > limit:
-      raise protocol.ApiError(413, f"the request body passes the limit of {limit} bytes")
-    chunks.append(chunk)
+  loop = asyncio.get_running_loop()
+  try:
+    async with asyncio.timeout(timeout) as deadline:
+      async for chunk in request.stream():
+        deadline.reschedule(loop.time() + timeout)
+        size += len(chunk)
+        if size > limit:
+          raise protocol.ApiError(413, f"the request body passes the limit of {limit} bytes")
+        chunks.append(chunk)
+  except TimeoutError:
+    raise protocol.ApiError(408, f"no byte of the request body came for {timeout:g} s "
+                                 f"({size} of {declared or 'its'} bytes came)",
+                            {"Connection": "close"}) from None
+  except ClientDisconnect:
+    log.info("a client left before sending its request: %d of %s bytes of its request body "
+             "came", size, declared or "its")
+    raise protocol.ApiError(CLIENT_GONE, "the client left") from None
   return b"".join(chunks)
+
+
+async def _json(request: fastapi.Request, state: _State) -> Any:
+  """The request's JSON body; ApiError 415, 413, 408, 400 or CLIENT_GONE."""
+  protocol.check_content_type(request.headers.get("content-type"))
+  return protocol.parse_json(await _body(request, state.limits.max_body,
+                                         state.options.body_timeout))
 
 
 async def _client_gone(request: fastapi.Request) -> None:
@@ -155,16 +182,16 @@ async def _translate(state: _State, request: fastapi.Request) -> responses.Respo
   """POST /v1/translate: one translation per line of `text`, in order."""
   start = time.monotonic()
   try:
-    raw = await _body(request, state.limits.max_body)
-    body = protocol.validate(protocol.TranslateRequest, protocol.parse_json(raw))
+    body = protocol.validate(protocol.TranslateRequest, await _json(request, state))
     future = _submit(state, body.text, _settings(state, body))
     results = await _results(request, state, future)
   except protocol.ApiError as e:
     state.metrics.request(e.status, time.monotonic() - start)
     return _error(e)
-  if results is None:   # 499: nginx's "client closed request"; nobody reads it
-    state.metrics.request(499, time.monotonic() - start)
-    return responses.Response(status_code=499)
+  if results is None:
+    log.info("a client left before its answer (%d lines)", len(body.text))
+    state.metrics.request(CLIENT_GONE, time.monotonic() - start)
+    return responses.Response(status_code=CLIENT_GONE)
   tokens = sum(state.engine.count_pieces(t.text) for t in results)
   state.metrics.request(200, time.monotonic() - start, len(results), tokens)
   return responses.JSONResponse({"translations": [_translation(t) for t in results]})
@@ -212,8 +239,7 @@ def _other_routes(app: fastapi.FastAPI, state: _State,
   async def attention_route(request: fastapi.Request):
     """Our model's cross-attention of one decoder layer (and head) for a (source, target)."""
     try:
-      raw = await _body(request, state.limits.max_body)
-      body = protocol.validate(protocol.AttentionRequest, protocol.parse_json(raw))
+      body = protocol.validate(protocol.AttentionRequest, await _json(request, state))
       protocol.check_lines([body.source, body.target], state.limits)
       if attention is None:
         raise protocol.ApiError(404, "this server has no attention maps")
@@ -322,6 +348,20 @@ def create_app(engine: Any, options: Options = Options(),
   return Front(app)
 
 
+class _HttpProtocol(httptools_impl.HttpToolsProtocol):
+  """uvicorn's HTTP/1.1 (httptools), whose answer to bytes that are no request (a
+  Content-Length shorter than its body leaves some) is {"error"} like ours, not text/plain."""
+
+  def send_400_response(self, msg: str) -> None:
+    body = json.dumps({"error": msg}).encode()
+    head = [b"HTTP/1.1 400 Bad Request\r\n",
+            *(name + b": " + value + b"\r\n" for name, value in self.server_state.default_headers),
+            b"content-type: application/json\r\ncontent-length: %d\r\n" % len(body),
+            b"connection: close\r\n\r\n"]
+    self.transport.write(b"".join(head) + body)
+    self.transport.close()
+
+
 def serve(app: Front, host: str, port: int, banner: str = "serving on http://{}/") -> None:
   """Runs `app` until SIGTERM or Ctrl-C, then answers the requests under way and returns.
 
@@ -342,6 +382,6 @@ def serve(app: Front, host: str, port: int, banner: str = "serving on http://{}/
   # httptools and uvloop, not h11 and asyncio: less of the front's CPU time per request, and
   # a lone client's requests answered far sooner (docs/benchmarks.md, "Serving, 2026-11-26").
   # No proxy headers: nothing here reads a client's address.
-  config = uvicorn.Config(app, log_level="warning", access_log=False, http="httptools",
+  config = uvicorn.Config(app, log_level="warning", access_log=False, http=_HttpProtocol,
                           loop="uvloop", proxy_headers=False, timeout_graceful_shutdown=60)
   uvicorn.Server(config).run(sockets=[sock])

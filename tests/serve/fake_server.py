@@ -10,6 +10,8 @@ from t2t_jax.serve import app as app_lib
 
 from fake_engine import FakeEngine
 
+BODY_TIMEOUT = 2.0   # seconds without a byte of the body: short, for the tests that wait it out
+
 
 class FileGate:
   def __init__(self, path: pathlib.Path):
@@ -28,5 +30,5 @@ if __name__ == "__main__":
   logs.setup_logging()
   engine = FakeEngine()
   engine.gate = FileGate(pathlib.Path(sys.argv[1]))
-  app_lib.serve(app_lib.create_app(engine, app_lib.Options(max_wait=0.0, workers=1)),
-                "127.0.0.1", 0)
+  options = app_lib.Options(max_wait=0.0, workers=1, body_timeout=BODY_TIMEOUT)
+  app_lib.serve(app_lib.create_app(engine, options), "127.0.0.1", 0)

@@ -27,17 +27,21 @@ class Process:
   proc: subprocess.Popen
   log: list[str]
   address: Optional[tuple[str, int]] = None
+  reader: Optional[threading.Thread] = None   # appends the process's stderr to `log`
 
   def stop(self) -> int:
-    """SIGTERM, then the exit status."""
+    """SIGTERM, then the exit status; `log` then holds all the process wrote."""
     if self.proc.poll() is None:
       self.proc.send_signal(signal.SIGTERM)
     try:
-      return self.proc.wait(WAIT)
+      status = self.proc.wait(WAIT)
     except subprocess.TimeoutExpired:
       self.proc.kill()
       raise AssertionError("the server did not stop within WAIT s of SIGTERM:\n"
                            + "".join(self.log[-20:])) from None
+    if self.reader is not None:
+      self.reader.join(WAIT)
+    return status
 
 
 def _healthy(address) -> bool:
@@ -63,7 +67,8 @@ def start(argv: Sequence[str], ready: bool = True) -> Process:
       if found and process.address is None:
         process.address = (found.group(1), int(found.group(2)))
 
-  threading.Thread(target=read, daemon=True).start()
+  process.reader = threading.Thread(target=read, daemon=True)
+  process.reader.start()
   try:
     wait_until(lambda: process.address is not None or proc.poll() is not None, "an address")
     assert process.address is not None, "the server ended:\n" + "".join(process.log[-20:])
