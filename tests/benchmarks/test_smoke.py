@@ -3,14 +3,15 @@
 Each script's `main` runs in this process (`runpy`, its own `__main__`) with the
 arguments of `SMOKE`, a tiny setting of its own flags; the test fails if it
 raises or exits non-zero, or if its output lacks the line that shows it got
-through. A script added to benchmarks/ without an entry here fails
-`test_every_script_has_a_smoke_run`. Scripts that need an extra skip naming its
-install command (tests/extras.py).
+through, or if the `check` of a script that writes files fails. A script added
+to benchmarks/ without an entry here fails `test_every_script_has_a_smoke_run`.
+Scripts that need an extra skip naming its install command (tests/extras.py).
 The figures they print at these sizes mean nothing; nothing here times anything.
 """
 
 from __future__ import annotations
 
+import json
 import os
 import pathlib
 import runpy
@@ -25,6 +26,38 @@ import extras as extras_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 BENCHMARKS = ROOT / "benchmarks"
+
+
+def _gpu_figures(tmp: pathlib.Path) -> None:
+  """gpu_measure.py's toy run: every part wrote its figures, and the loss fell."""
+  records = [json.loads(line) for line in (tmp / "figures" / "figures.jsonl").open()]
+  by_part = {r["part"]: r for r in records}
+  keys = {
+      "environment": {"jax", "jaxlib", "packages", "python", "date", "git_commit", "driver",
+                      "device_kind", "devices", "memory_bytes"},
+      "measure_base": {"step_s", "tokens_per_s", "mfu", "peak_bytes", "predicted",
+                       "measured_over_predicted", "decode"},
+      "train": {"first_loss", "last_loss", "steps_per_s", "tokens_per_s", "curve"},
+      "parallelism": {"step_s", "tokens_per_s", "pmap_step_s", "shard_map_over_pmap"},
+      "decode": {"sentences", "beam_size", "sentences_per_s", "target_tokens_per_s"},
+  }
+  keys["measure_big"] = keys["measure_base"]
+  assert [r for r in records if "error" in r or "skipped" in r] == []
+  for part, expected in keys.items():
+    assert expected <= set(by_part.get(part, {})), f"{part}: {by_part.get(part)}"
+  assert [o["status"] for o in by_part["run"]["outcomes"]] == ["ok"] * len(keys)
+  assert (by_part["measure_base"]["preset"], by_part["measure_big"]["preset"]) == ("base", "big")
+  train = by_part["train"]
+  losses = [loss for _, loss, _ in train["curve"]]
+  assert train["steps"] == 30 and len(losses) == 3
+  assert losses[0] == train["first_loss"] and losses[-1] == train["last_loss"]
+  assert train["loss_fell"] and losses[-1] < losses[0]
+  parallel = by_part["parallelism"]
+  assert parallel["parallelism"] == "shard_map" and by_part["measure_base"]["parallelism"] == "pmap"
+  assert parallel["pmap_step_s"] == by_part["measure_base"]["step_s"]
+  # Scratch files (the training run's work directory) are gone; the logs stay.
+  assert sorted(p.name for p in (tmp / "figures").iterdir()) == ["figures.jsonl", "logs"]
+
 
 # A trained work directory (the `trained_workdir` fixture) with a demo-style test
 # set, as the scripts that translate one expect: "{workdir}" is replaced by it.
@@ -59,6 +92,8 @@ SMOKE = {
                                 expect="CTranslate2", needs="export"),
     "fault_injection.py": dict(args=["--kills=1", "--signals=KILL", "--faults=", "--steps=10",
                                      "--workdir={tmp}"], expect="survived 1/1 kills"),
+    "gpu_measure.py": dict(args=["{tmp}/figures", "--toy", "--device=cpu"],
+                           expect="6 of 6 parts measured", check=_gpu_figures),
     "mfu_breakdown.py": dict(args=["--target=h100", "--presets=base", "--rows=2", "--smoke"],
                              expect="whole step", needs="cuda"),
 }
@@ -115,3 +150,5 @@ def test_script_runs(name, request, tmp_path, capfd, monkeypatch):
     assert stop.code in (0, None), f"{name} {' '.join(args)} exited with {stop.code}"
   out = capfd.readouterr().out
   assert setting["expect"] in out, f"{name} {' '.join(args)} printed:\n{out[-3000:]}"
+  if "check" in setting:
+    setting["check"](pathlib.Path(values["tmp"]))
