@@ -5,6 +5,7 @@
         [--uncached] [--flax_wmt=DIR] [--smoke]
     python benchmarks/bench_decode.py testset --workdir=runs/demo [--repeats=2]
     ... --compare=/path/to/old/checkout [--rounds=3]   # old and new, interleaved
+    ... --compare=. --old_python=/other/venv/bin/python   # this code on another JAX
     python benchmarks/bench_decode.py --ctranslate2 [--workdir=runs/demo] [--sentences=256]
         [--batch_size=64] [--beam_size=4] [--repeats=3]
 
@@ -318,20 +319,25 @@ def _measure(args) -> list[dict]:
   return measure_testset(args)
 
 
-def _worker_rows(checkout: pathlib.Path, argv: list[str]) -> list[dict]:
-  """This script's measurement run in a fresh process against `checkout`'s t2t_jax."""
+def _worker_rows(checkout: pathlib.Path, argv: list[str], python: str) -> list[dict]:
+  """This script's measurement run in a fresh `python` process against `checkout`'s t2t_jax."""
   env = {**os.environ, "PYTHONPATH": str(checkout)}
-  out = subprocess.run([sys.executable, __file__, *argv, "--worker"], cwd=checkout, env=env,
+  out = subprocess.run([python, __file__, *argv, "--worker"], cwd=checkout, env=env,
                        check=True, stdout=subprocess.PIPE, text=True).stdout
   return json.loads(out.strip().splitlines()[-1])
 
 
 def _compare(args, argv: list[str]) -> None:
   old_dir = pathlib.Path(args.compare).resolve()
+  sides = (("old", old_dir, args.old_python or sys.executable), ("new", HERE, sys.executable))
+  for version, checkout, python in sides:
+    jax_version = subprocess.run([python, "-c", "import jax; print(jax.__version__)"],
+                                 check=True, stdout=subprocess.PIPE, text=True).stdout.strip()
+    print(f"{version}: {checkout} under {python} (jax {jax_version})")
   best: dict[str, dict] = {"old": {}, "new": {}}
   for round_ in range(args.rounds):
-    for version, checkout in (("old", old_dir), ("new", HERE)):
-      rows = _worker_rows(checkout, argv)
+    for version, checkout, python in sides:
+      rows = _worker_rows(checkout, argv, python)
       _print_rows(rows, f"round {round_ + 1} {version}: ")
       for r in rows:
         key = f"{r['config']} {r['decoding']}"
@@ -379,6 +385,9 @@ def main() -> None:
                       help="random: also the Flax WMT example's beam search on a model of the "
                       "same size; the examples/wmt folder of a Flax checkout (default: $FLAX_WMT)")
   parser.add_argument("--compare", default=None, help="an old checkout to run interleaved")
+  parser.add_argument("--old_python", default=None,
+                      help="--compare: the old side's interpreter (another JAX: --compare=. "
+                           "--old_python=OTHER compares two JAX versions on this code)")
   parser.add_argument("--rounds", type=int, default=3)
   parser.add_argument("--ctranslate2", action="store_true",
                       help="ours beside CTranslate2 float32 and int8 (see the docstring)")
