@@ -4,7 +4,7 @@ The search is written against a step function
 
   step_fn(cache, tokens [rows], position) -> (logits [rows, vocab], cache)
 
-(or `VocabMajor` logits [vocab, rows], model/logits.py, which beam search reads faster),
+(or `VocabMajor` logits [vocab, rows], kernels/logits.py, which beam search reads faster),
 whose cache is a pytree with a leading `rows` dim on every leaf: the model's
 `decode_step` with its config and params bound, an ensemble's
 (decoding/ensemble.py), the uncached reference (decoding/uncached.py), or a
@@ -40,8 +40,8 @@ import jax.numpy as jnp
 
 from t2t_jax.decoding import next_token
 from t2t_jax.ids import EOS_ID, PAD_ID
+from t2t_jax.kernels.logits import NEG_INF, Logits
 from t2t_jax.model import decode_cache
-from t2t_jax.model.logits import NEG_INF, Logits
 
 Array = jax.Array
 StepFn = Callable[[Any, Array, Array], tuple[Logits, Any]]

@@ -24,7 +24,8 @@ import jax.numpy as jnp
 
 from t2t_jax import configs
 from t2t_jax.decoding.beam_search import StepFn
-from t2t_jax.model import logits as logits_lib
+from t2t_jax.kernels import logits as logits_lib
+from t2t_jax.kernels import ops
 from t2t_jax.model import transformer
 
 Array = jax.Array
@@ -70,9 +71,7 @@ def check_compatible(members: Sequence[Member]) -> None:
 def step_function(members: Sequence[Member]) -> StepFn:
   """The members' `decode_step`s as one step function: one model's own, or the ensemble's."""
   check_compatible(members)
-  # One model's logits go to the search as they are, vocabulary-major (read in
-  # place, decoding/next_token.py); an ensemble averages row-major log-probabilities.
-  layout = "vocab_major" if len(members) == 1 else "row_major"
+  layout = ops.logits_layout(len(members))
   steps = [functools.partial(transformer.decode_step, m.cfg, m.params, logits_layout=layout)
            for m in members]
   return steps[0] if len(members) == 1 else ensemble_step(steps)

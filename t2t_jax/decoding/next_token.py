@@ -1,7 +1,7 @@
 """Next-token log-probabilities from a decoding step's logits, in either layout.
 
 A step function (decoding/beam_search.py) returns logits [rows, vocab], or `VocabMajor` logits
-[vocab, rows] (model/logits.py says why); `best` reduces and picks along the
+[vocab, rows] (kernels/logits.py says why); `best` reduces and picks along the
 vocabulary axis in place, so nothing transposes them. Either layout gives the
 same tokens and log-probabilities, up to the rounding of the product.
 """
@@ -12,8 +12,8 @@ import jax
 import jax.numpy as jnp
 
 from t2t_jax.decoding import topk
-from t2t_jax.model.logits import NEG_INF, Logits, VocabMajor, row_major
 from t2t_jax.ids import PAD_ID
+from t2t_jax.kernels.logits import NEG_INF, Logits, VocabMajor, row_major
 
 Array = jax.Array
 

@@ -32,7 +32,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from t2t_jax.ids import PAD_ID
-from t2t_jax.model.logits import NEG_INF
+from t2t_jax.kernels.logits import NEG_INF
 
 Array = jax.Array
 
@@ -65,7 +65,7 @@ def local_mask(length: int, window: int) -> Array:
 
 
 def mask_to_bias(mask: Array, dtype: Any = jnp.float32) -> Array:
-  """0 where `mask` is True, NEG_INF (model/logits.py) where it is False."""
+  """0 where `mask` is True, NEG_INF (kernels/logits.py) where it is False."""
   return jnp.where(mask, 0.0, NEG_INF).astype(dtype)
 
 

@@ -28,11 +28,12 @@ import jax.numpy as jnp
 
 from t2t_jax.configs import ModelConfig
 from t2t_jax.ids import PAD_ID
+from t2t_jax.kernels import logits as logits_lib
+from t2t_jax.kernels import ops
 from t2t_jax.model import attention as attention_lib
 from t2t_jax.model import decode_cache
 from t2t_jax.model import encoder_decoder
 from t2t_jax.model import layers
-from t2t_jax.model import logits as logits_lib
 from t2t_jax.model import step_attention
 
 Array = jax.Array
@@ -131,7 +132,7 @@ class Transformer(nn.Module):
 
     Operands in the compute dtype, accumulated and returned in float32.
     """
-    return logits_lib.project(y, self._output_kernel())
+    return ops.project_logits(y, self._output_kernel())
 
   # ------------------------------------------------------------------ forward pass
 
@@ -231,7 +232,7 @@ class Transformer(nn.Module):
     cross_bias = layers.mask_to_bias(sentence["source_ids"] != PAD_ID)[:, None, None, :]
     y, self_caches = self.decoder.step(y, cache["self"], sentence["cross"], position, holds,
                                        self_bias, cross_bias)
-    logits = logits_lib.project(y[:, 0], self._output_kernel(), logits_layout)
+    logits = ops.project_logits(y[:, 0], self._output_kernel(), logits_layout)
     return logits, {**cache, "self": self_caches,
                     "stored_in": cache["stored_in"].replace(value=stored_in)}
 
@@ -272,7 +273,7 @@ def decode_step(cfg: ModelConfig, params: Any, cache: Cache, tokens: Array, posi
   below the "self" buffer's length; larger values are clamped by
   `dynamic_update_slice`, not reported. `logits_layout` "vocab_major": the logits
   as `logits.VocabMajor` [vocab, rows], which one model's searches read faster
-  (model/logits.py).
+  (kernels/logits.py).
   """
   return Transformer(cfg).apply({"params": params}, cache, tokens, jnp.asarray(position, jnp.int32),
                                 logits_layout, method=Transformer.decode_step)

@@ -13,7 +13,7 @@ import pytest
 from formats import check_well_formed
 from t2t_jax.decoding import beam_search
 from t2t_jax.ids import EOS_ID, PAD_ID, strip_eos
-from t2t_jax.model.logits import NEG_INF
+from t2t_jax.kernels.logits import NEG_INF
 
 STATES = 97  # hidden states of the toy step function
 PACKAGE = pathlib.Path(beam_search.__file__).resolve().parents[1]
@@ -33,14 +33,14 @@ def _package_imports(module):
 
 def test_the_searches_import_no_model():
   # What beam search and sampling read, all the way down: the cache's layout and
-  # the logits' (model/decode_cache.py, model/logits.py), never the Transformer.
+  # the logits' (model/decode_cache.py, kernels/logits.py), never the Transformer.
   seen, todo = set(), ["decoding.beam_search", "decoding.sampling"]
   while todo:
     module = todo.pop()
     if module not in seen:
       seen.add(module)
       todo.extend(_package_imports(module))
-  assert {m for m in seen if m.startswith("model")} == {"model.decode_cache", "model.logits"}
+  assert {m for m in seen if m.startswith("model")} == {"model.decode_cache"}
   assert not {m for m in seen if m.startswith("decoding")} - {
       "decoding.beam_search", "decoding.sampling", "decoding.next_token", "decoding.topk"}
 

@@ -12,7 +12,7 @@ from t2t_jax import configs
 from t2t_jax.decoding import beam_search
 from t2t_jax.decoding import ensemble
 from t2t_jax.ids import EOS_ID
-from t2t_jax.model import logits as logits_lib
+from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.model import transformer
 
 SMALL = configs.get_config("demo", vocab_size=24, num_layers=2, d_model=32, d_ff=64, num_heads=4,

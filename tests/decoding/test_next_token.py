@@ -6,7 +6,7 @@ import numpy as np
 
 from t2t_jax.decoding import next_token
 from t2t_jax.ids import PAD_ID
-from t2t_jax.model import logits as logits_lib
+from t2t_jax.kernels import logits as logits_lib
 
 
 def _logits(rng, rows, vocab, ties):

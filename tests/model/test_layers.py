@@ -6,8 +6,8 @@ import numpy as np
 import pytest
 
 from attention_reference import numpy_attention, token_ids
+from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.model import layers
-from t2t_jax.model import logits as logits_lib
 
 # Compiled once per signature: cheaper than op-by-op dispatch on a busy 2-core box.
 _attention = jax.jit(layers.scaled_dot_product_attention,

@@ -9,8 +9,8 @@ import numpy as np
 import pytest
 
 from t2t_jax import configs
+from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.model import dropout as dropout_lib
-from t2t_jax.model import logits as logits_lib
 from t2t_jax.model import transformer
 
 # Tiny, with d_k != d_v so that a swapped projection cannot go unnoticed.

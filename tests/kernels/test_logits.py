@@ -1,10 +1,9 @@
-"""model/logits.py: the output projection in either layout, read back as [rows, vocab]."""
+"""kernels/logits.py: the output projection in either layout, read back as [rows, vocab]."""
 
 import jax.numpy as jnp
 import numpy as np
-import pytest
 
-from t2t_jax.model import logits as logits_lib
+from t2t_jax.kernels import logits as logits_lib
 
 
 def _operands(rng, *hidden_shape, vocab=11):
@@ -15,8 +14,8 @@ def _operands(rng, *hidden_shape, vocab=11):
 
 def test_both_layouts_are_the_same_logits_transposed():
   hidden, kernel = _operands(np.random.default_rng(0), 3, 8)
-  rows = logits_lib.project(hidden, kernel)
-  major = logits_lib.project(hidden, kernel, "vocab_major")
+  rows = logits_lib.projection(hidden, kernel)
+  major = logits_lib.vocab_major_projection(hidden, kernel)
   assert isinstance(major, logits_lib.VocabMajor) and major.logits.shape == (11, 3)
   np.testing.assert_allclose(rows, np.asarray(hidden) @ np.asarray(kernel).T, rtol=1e-5,
                              atol=1e-5)
@@ -27,14 +26,10 @@ def test_both_layouts_are_the_same_logits_transposed():
 
 def test_row_major_takes_any_leading_axes_and_gives_float32():
   hidden, kernel = _operands(np.random.default_rng(1), 2, 3, 8)
-  logits = logits_lib.project(hidden.astype(jnp.bfloat16), kernel)
-  assert logits.shape == (2, 3, 11) and logits.dtype == jnp.float32
+  for logits in (logits_lib.projection(hidden.astype(jnp.bfloat16), kernel),
+                 logits_lib.vocab_major_projection(hidden[0].astype(jnp.bfloat16), kernel).logits):
+    assert logits.dtype == jnp.float32
+  logits = logits_lib.projection(hidden.astype(jnp.bfloat16), kernel)
+  assert logits.shape == (2, 3, 11)
   want = np.einsum("btd,vd->btv", np.asarray(hidden), np.asarray(kernel))
   np.testing.assert_allclose(logits, want, rtol=0.05, atol=0.05 * np.abs(want).max())
-
-
-def test_an_unknown_layout_is_an_error_naming_the_known_ones():
-  hidden, kernel = _operands(np.random.default_rng(2), 3, 8)
-  with pytest.raises(ValueError, match=r"logits layout 'columns' is not one of \('row_major', "
-                                       r"'vocab_major'\)"):
-    logits_lib.project(hidden, kernel, "columns")

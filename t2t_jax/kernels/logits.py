@@ -1,11 +1,12 @@
 """A decoding step's logits in either layout: [rows, vocab], or `VocabMajor` [vocab, rows].
 
-The one home of the layout: `project` computes a step's output projection in
-the layout asked for, `row_major` reads either back as [rows, vocab]. On XLA
-CPU the product E . y^T (E the [vocab, d_model] embedding, y the rows' decoder
-states) runs faster for a beam's few rows than y . E^T, as long as nothing
-transposes its result (docs/benchmarks.md): one model's searches ask for
-"vocab_major" and read it in place through `t2t_jax.decoding.next_token`.
+The output projection (section 3.4) has two kernels: `projection`, the reference
+y . E^T [..., vocab], and `vocab_major_projection`, E . y^T [vocab, rows]. On
+XLA CPU the second runs faster for a beam's few rows, as long as nothing
+transposes its result (docs/benchmarks.md): one model's searches ask for it
+(`ops.logits_layout`) and read it in place through `t2t_jax.decoding.next_token`.
+`row_major` reads either back as [rows, vocab]. The model calls
+`ops.project_logits`, which runs the one asked for.
 """
 
 from __future__ import annotations
@@ -34,18 +35,17 @@ class VocabMajor:
 Logits = Array | VocabMajor
 
 
-def project(hidden: Array, kernel: Array, layout: str = "row_major") -> Logits:
-  """The output projection of hidden [..., d_model] by the pre-softmax weights [vocab, d_model].
-
-  "row_major": logits [..., vocab]; "vocab_major" (hidden [rows, d_model] only):
-  `VocabMajor` [vocab, rows]. Operands in hidden's dtype, logits float32.
-  """
-  if layout not in LAYOUTS:
-    raise ValueError(f"logits layout {layout!r} is not one of {LAYOUTS}")
+def projection(hidden: Array, kernel: Array) -> Array:
+  """The reference: hidden [..., d_model] by the pre-softmax weights [vocab, d_model] ->
+  logits [..., vocab] float32, operands in hidden's dtype."""
   kernel = kernel.astype(hidden.dtype)
-  if layout == "vocab_major":
-    return VocabMajor(jnp.einsum("vd,rd->vr", kernel, hidden, preferred_element_type=jnp.float32))
   return jnp.einsum("...d,vd->...v", hidden, kernel, preferred_element_type=jnp.float32)
+
+
+def vocab_major_projection(hidden: Array, kernel: Array) -> VocabMajor:
+  """`projection`'s logits transposed, hidden [rows, d_model] -> `VocabMajor` [vocab, rows]."""
+  kernel = kernel.astype(hidden.dtype)
+  return VocabMajor(jnp.einsum("vd,rd->vr", kernel, hidden, preferred_element_type=jnp.float32))
 
 
 def row_major(logits: Logits) -> Array:
