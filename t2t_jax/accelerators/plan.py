@@ -52,7 +52,7 @@ def plan(cfg: TransformerConfig, target: Target, decode: bool = True) -> dict[st
     guess, why = None, str(e)
   out: dict[str, Any] = {
       "target": target.name, "device_kind": target.device_kind, "devices": target.devices,
-      "dtype": cfg.dtype, "attention_impl": kernels.attention_for_platform(cfg, target.platform),
+      "dtype": cfg.dtype, "attention_impl": kernels.for_platform(cfg, target.platform).attention_impl,
       "row_length": length, "rows_per_micro_step": rows, "max_tokens_per_device": tokens,
       "micro_steps": accum, "tokens_per_batch": cfg.tokens_per_batch,
       "fits": train.memory.peak <= budget,

@@ -13,11 +13,126 @@ its reference in its own module of this package (tests hold them equal).
 
 from __future__ import annotations
 
-import jax
+from typing import Any, Optional, Union
 
+import jax
+import jax.numpy as jnp
+
+from t2t_jax import errors
+from t2t_jax.kernels import attention as attention_lib
 from t2t_jax.kernels import logits as logits_lib
+from t2t_jax.kernels import masks
 
 Array = jax.Array
+
+# Platforms whose programs get cuDNN attention: the names jax.default_backend() and the
+# compile-only topologies give NVIDIA GPUs.
+CUDNN_PLATFORMS = ("gpu", "cuda")
+
+
+# -------------------------------------------------------------------------- attention
+
+
+def fused_attention_kernel(dtype: Any, depth: int, platform: Optional[str] = None) -> str:
+  """The fused attention for `platform`'s programs (default: the backend running this
+  process): "cudnn" where cuDNN flash attention supports the case (NVIDIA GPU,
+  16-bit, depth a multiple of 8 up to 128); on a TPU in 16 bits "core_recompute"
+  (`attention_core` recomputing its probabilities: XLA's TPU cost model predicts a
+  shorter step, docs/benchmarks.md); else "core" (`attention_core`)."""
+  platform = platform or jax.default_backend()
+  sixteen_bits = jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
+  if platform in CUDNN_PLATFORMS and sixteen_bits and depth % 8 == 0 and depth <= 128:
+    return "cudnn"
+  if platform == "tpu" and sixteen_bits:
+    return "core_recompute"
+  return "core"
+
+
+def _not_fused(dense: bool, window: Optional[int], d_k: int, d_v: int,
+               dropout: bool) -> Optional[str]:
+  """Why no fused kernel can run an attention (None: one can)."""
+  return ("the mask is a dense bias" if dense else
+          "the attention is windowed" if window is not None else
+          f"d_k={d_k} != d_v={d_v}" if d_k != d_v else
+          "attention dropout is on" if dropout else None)
+
+
+def attention_for_config(cfg: Any, platform: str) -> str:
+  """The `attention_impl` `platform`'s programs run for a config (`configs.ModelConfig` or
+  `TransformerConfig`): "fused" resolved to its kernel where every full-sequence layer
+  can run it; left "fused" where some layers run the reference anyway."""
+  if cfg.attention_impl != "fused":
+    return cfg.attention_impl
+  if _not_fused(False, cfg.attention_window, cfg.key_depth, cfg.value_depth,
+                cfg.attention_dropout_rate > 0):
+    return "fused"
+  return fused_attention_kernel(cfg.dtype, cfg.key_depth, platform)
+
+
+def attention_kernel(implementation: str, mask: Union[masks.Mask, Array, None], d_k: int,
+                     d_v: int, dtype: Any, dropout: bool = False,
+                     probabilities: bool = False) -> str:
+  """The kernel one attention runs: "reference", or `fused_attention`'s "core",
+  "core_recompute", "cudnn".
+
+  `implementation` is the config's `attention_impl`. The reference runs where it
+  is asked for, where the probabilities are wanted (attention maps), and where no
+  fused kernel applies (`_not_fused`: a dense bias, a window, d_k != d_v, attention
+  dropout); "fused" becomes `fused_attention_kernel` for the backend running this
+  process. "cudnn" that cannot apply is an error, never a silent fallback.
+  """
+  if implementation == "reference" or probabilities:
+    return "reference"
+  dense = not isinstance(mask, masks.Mask)
+  why = _not_fused(dense, None if dense else mask.window, d_k, d_v, dropout)
+  if why and implementation == "cudnn":
+    raise ValueError(f"cuDNN attention cannot run here ({why}); use "
+                     "--config.attention_impl=fused or reference")
+  if why:
+    return "reference"
+  if implementation == "fused":
+    return fused_attention_kernel(dtype, d_k)
+  return implementation
+
+
+def attention(q: Array, k: Array, v: Array, mask: Union[masks.Mask, Array, None], *,
+              implementation: str = "fused", dtype: Any = None, dropout_rate: float = 0.0,
+              dropout_rng: Optional[Array] = None,
+              probabilities: bool = False) -> tuple[Array, Optional[Array]]:
+  """softmax(q k^T / sqrt(d_k) + mask) v for every head, by the kernel `attention_kernel` picks.
+
+  Args:
+    q: [batch, q_length, heads, d_k] queries.
+    k: [batch, kv_length, heads, d_k] keys.
+    v: [batch, kv_length, heads, d_v] values.
+    mask: a `masks.Mask`, or an additive bias broadcastable to [batch, heads,
+      q_length, kv_length] (`masks.mask_to_bias`), or None.
+    implementation: the config's `attention_impl`.
+    dtype: compute dtype of the products (default: q's); the softmax is float32.
+    dropout_rate, dropout_rng: attention dropout on the probabilities, when a key
+      is given.
+    probabilities: the caller wants the probabilities.
+
+  Returns:
+    output [batch, q_length, heads, d_v] in `dtype`, and the probabilities [batch,
+    heads, q_length, kv_length] float32 before dropout (None from a fused kernel,
+    whose padded query rows are zeros).
+  """
+  dropout = dropout_rng is not None and dropout_rate > 0.0
+  kernel = attention_kernel(implementation, mask, k.shape[-1], v.shape[-1], dtype or q.dtype,
+                            dropout, probabilities)
+  if kernel == "reference":
+    bias = masks.mask_to_bias(mask.dense()) if isinstance(mask, masks.Mask) else mask
+    return attention_lib.scaled_dot_product_attention(
+        q, k, v, bias, dropout_rng=dropout_rng, dropout_rate=dropout_rate,
+        deterministic=not dropout, dtype=dtype)
+  if kernel in ("core", "core_recompute"):
+    return attention_lib.fused_attention(q, k, v, mask, dtype, kernel), None
+  try:
+    return attention_lib.fused_attention(q, k, v, mask, dtype, kernel), None
+  except (NotImplementedError, RuntimeError, ValueError) as e:  # checked while tracing
+    raise ValueError(f"{kernel} attention cannot be built ({errors.one_line(e)}); use "
+                     "--config.attention_impl=core") from e
 
 
 # ----------------------------------------------------------------------------- logits

@@ -1,7 +1,7 @@
 """Multi-head attention (section 3.2.2) as one Linen module that owns its weights.
 
-Every use of the projections lives here: the full-sequence `__call__` (the
-reference or the fused kernel, `layers`), incremental decoding (`init_self_cache`,
+Every use of the projections lives here: the full-sequence `__call__`
+(`kernels.ops.attention`), incremental decoding (`init_self_cache`,
 `step_self`, `cross_cache`, `step_cross`, over `step_attention`'s pure functions)
 and `weights`, the layout exporters read. A new bias or projection touches this
 class only.
@@ -16,7 +16,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from t2t_jax import errors
+from t2t_jax.kernels import masks
+from t2t_jax.kernels import ops
 from t2t_jax.model import decode_cache
 from t2t_jax.model import layers
 from t2t_jax.model import step_attention
@@ -35,14 +36,10 @@ class MultiHeadAttention(nn.Module):
   `weights` (the projections as matrices, for export), so a bias or another
   projection changes this class only.
 
-  `implementation` "fused" runs `layers.fused_attention` when it can: the mask is a
-  `layers.Mask`, d_k == d_v, no window, no attention dropout in this call, and the
-  attention maps are not being collected (`intermediates` not mutable), with the
-  kernel `layers.fused_implementation` picks for the backend running the process.
-  "cudnn", "core" and "core_recompute" name that kernel (t2t-compile sets them for its target,
-  kernels.for_platform); "cudnn" that cannot be built is an error naming the
-  layer, never a silent fallback. Everything else, and "reference", goes through
-  `layers.scaled_dot_product_attention`.
+  `implementation` is the config's `attention_impl`, which `kernels.ops` turns
+  into the kernel that runs (a fused one, or the reference where the attention
+  maps are collected: `intermediates` mutable); an attention that cannot be
+  built is an error naming the layer.
   """
   num_heads: int
   d_k: int
@@ -51,7 +48,7 @@ class MultiHeadAttention(nn.Module):
   dropout_rate: float = 0.0          # on the attention probabilities
   dtype: Any = jnp.float32
   kernel_init: Callable = layers.default_kernel_init
-  implementation: str = "fused"      # "cudnn", "core", "core_recompute" or "reference"
+  implementation: str = "fused"      # configs.TransformerConfig.attention_impl
 
   def setup(self):
     dense = lambda features, axis=-1: nn.DenseGeneral(
@@ -66,28 +63,16 @@ class MultiHeadAttention(nn.Module):
     """[batch, kv_length, d_model] -> keys [.., heads, d_k], values [.., heads, d_v]."""
     return self.key(inputs_kv), self.value(inputs_kv)
 
-  def _fused(self, bias: Union[Array, layers.Mask, None], dropout: bool) -> bool:
-    if self.implementation == "reference" or self.is_mutable_collection("intermediates"):
-      return False  # attention maps come from the reference only
-    why = ("the mask is a dense bias" if not isinstance(bias, layers.Mask) else
-           "the attention is windowed" if bias.window is not None else
-           f"d_k={self.d_k} != d_v={self.d_v}" if self.d_k != self.d_v else
-           "attention dropout is on" if dropout else None)
-    if why and self.implementation == "cudnn":
-      raise ValueError(f"attention layer {self._where()}: cuDNN attention cannot run here "
-                       f"({why}); use --config.attention_impl=fused or reference")
-    return why is None
-
   def _where(self) -> str:
     return "/".join(self.scope.path) if self.scope is not None else self.name or "?"
 
   def __call__(self, inputs_q: Array, inputs_kv: Optional[Array] = None,
-               bias: Union[Array, layers.Mask, None] = None, deterministic: bool = True,
+               bias: Union[Array, masks.Mask, None] = None, deterministic: bool = True,
                kv: Optional[tuple[Array, Array]] = None) -> Array:
     """[batch, q_length, d_model] -> [batch, q_length, d_model].
 
     Keys and values come from `inputs_kv` (default: `inputs_q`, self-attention)
-    unless already projected ones are given in `kv`. `bias` is a `layers.Mask` or an
+    unless already projected ones are given in `kv`. `bias` is a `masks.Mask` or an
     additive bias broadcastable to [batch, heads, q_length, kv_length].
     """
     q = self.query(inputs_q)                                           # [batch, q, heads, d_k]
@@ -95,16 +80,16 @@ class MultiHeadAttention(nn.Module):
       kv = self.project_kv(inputs_q if inputs_kv is None else inputs_kv)
     k, v = kv
     dropout = not deterministic and self.dropout_rate > 0.0
-    if self._fused(bias, dropout):
-      out = self._fused_attention(q, k, v, bias)                      # [batch, q, heads, d_v]
-      return self.out(out)
-    if isinstance(bias, layers.Mask):
-      bias = layers.mask_to_bias(bias.dense())
-    dropout_rng = self.make_rng("dropout") if dropout else None
-    out, probs = layers.scaled_dot_product_attention(
-        q, k, v, bias, dropout_rng=dropout_rng, dropout_rate=self.dropout_rate,
-        deterministic=deterministic, dtype=self.dtype)                 # [batch, q, heads, d_v]
-    self.sow("intermediates", "attention_weights", probs)
+    try:
+      out, probs = ops.attention(                                      # [batch, q, heads, d_v]
+          q, k, v, bias, implementation=self.implementation, dtype=self.dtype,
+          dropout_rate=self.dropout_rate,
+          dropout_rng=self.make_rng("dropout") if dropout else None,
+          probabilities=self.is_mutable_collection("intermediates"))
+    except ValueError as e:
+      raise ValueError(f"attention layer {self._where()}: {e}") from e
+    if probs is not None:
+      self.sow("intermediates", "attention_weights", probs)
     return self.out(out)
 
   # ---------------------------------------------------------------- one position at a time
@@ -176,16 +161,3 @@ class MultiHeadAttention(nn.Module):
     q = step_attention.scaled_queries(self.query(y), self.dtype)      # [rows, heads, d_k]
     return self.out(step_attention.cross_attention(q, cache["key"], cache["value"], bias,
                                                    self.dtype))
-
-  def _fused_attention(self, q: Array, k: Array, v: Array, mask: layers.Mask) -> Array:
-    implementation = self.implementation
-    if implementation == "fused":
-      implementation = layers.fused_implementation(self.dtype, self.d_k)
-    if implementation in ("core", "core_recompute"):
-      return layers.fused_attention(q, k, v, mask, self.dtype,
-                                    None if implementation == "core" else implementation)
-    try:
-      return layers.fused_attention(q, k, v, mask, self.dtype, implementation)
-    except (NotImplementedError, RuntimeError, ValueError) as e:  # checked while tracing
-      raise ValueError(f"attention layer {self._where()}: {implementation} attention cannot "
-                       f"be built ({errors.one_line(e)}); use --config.attention_impl=core") from e

@@ -25,7 +25,7 @@ holds[0, q=1, j=0, 0] and holds[0, 1, 1, 1] are True. `self_attention` multiplie
 each query [rows, heads, d_k] with every cache row of its sentence (r x r
 products of one row each: [batch * r, heads, r, length] logits, small) and keeps
 the logit of the row that holds each position: the same logits and softmax as
-`layers.scaled_dot_product_attention` over the query's own history
+`kernels.attention.scaled_dot_product_attention` over the query's own history
 (tests/model/test_transformer.py compares the cached decoder with the full
 forward pass). `attention.MultiHeadAttention.step_self` and `.step_cross`
 project with the module's own weights and call these pure functions.

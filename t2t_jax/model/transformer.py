@@ -29,6 +29,7 @@ import jax.numpy as jnp
 from t2t_jax.configs import ModelConfig
 from t2t_jax.ids import PAD_ID
 from t2t_jax.kernels import logits as logits_lib
+from t2t_jax.kernels import masks
 from t2t_jax.kernels import ops
 from t2t_jax.model import attention as attention_lib
 from t2t_jax.model import decode_cache
@@ -146,7 +147,7 @@ class Transformer(nn.Module):
     length = inputs.shape[1]
     self._check_length(length, "source")
     segments, positions = _segments_and_positions(inputs, inputs_segments)
-    mask = layers.Mask(segments, segments, window=self.config.attention_window,
+    mask = masks.Mask(segments, segments, window=self.config.attention_window,
                        packed=inputs_segments is not None)
     x = self._embed(inputs, positions, "source", deterministic=not train)
     return self.encoder(x, mask, deterministic=not train)
@@ -172,9 +173,9 @@ class Transformer(nn.Module):
     # Key j is masked where targets[j] is padding; for real positions that never
     # hides anything the causal mask allows (padding only trails), so this equals
     # `decode_step`, which only has the causal mask.
-    self_mask = layers.Mask(tgt_segments, tgt_segments, causal=True,
+    self_mask = masks.Mask(tgt_segments, tgt_segments, causal=True,
                             window=self.config.attention_window, packed=packed)
-    cross_mask = layers.Mask(tgt_segments, src_segments, packed=packed)
+    cross_mask = masks.Mask(tgt_segments, src_segments, packed=packed)
     y = self._embed(shift_right(targets, targets_segments), positions, "target",
                     deterministic=not train)
     return self.decoder(y, encoded, self_mask, cross_mask, deterministic=not train)
@@ -228,8 +229,8 @@ class Transformer(nn.Module):
     allowed = keys <= position                                         # [max_decode_len]
     if self.config.attention_window is not None:
       allowed = allowed & (position - keys <= self.config.attention_window)
-    self_bias = layers.mask_to_bias(allowed)[None, None, None, :]      # [1, 1, 1, max_len]
-    cross_bias = layers.mask_to_bias(sentence["source_ids"] != PAD_ID)[:, None, None, :]
+    self_bias = masks.mask_to_bias(allowed)[None, None, None, :]      # [1, 1, 1, max_len]
+    cross_bias = masks.mask_to_bias(sentence["source_ids"] != PAD_ID)[:, None, None, :]
     y, self_caches = self.decoder.step(y, cache["self"], sentence["cross"], position, holds,
                                        self_bias, cross_bias)
     logits = ops.project_logits(y[:, 0], self._output_kernel(), logits_layout)

@@ -6,6 +6,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attention_reference import numpy_attention, token_ids
+from t2t_jax.kernels import masks
 from t2t_jax.model import attention as attention_lib
 from t2t_jax.model import layers
 
@@ -16,8 +17,8 @@ def test_multi_head_attention_module_against_numpy():
   mha = attention_lib.MultiHeadAttention(num_heads=heads, d_k=d_k, d_v=d_v, d_model=d_model)
   xq = jnp.asarray(rng.normal(size=(2, 3, d_model)), jnp.float32)
   xkv = jnp.asarray(rng.normal(size=(2, 4, d_model)), jnp.float32)
-  bias = layers.mask_to_bias(layers.padding_mask(token_ids(rng, 2, 3, [3, 3]),
-                                                 token_ids(rng, 2, 4, [4, 2])))
+  bias = masks.mask_to_bias(masks.padding_mask(token_ids(rng, 2, 3, [3, 3]),
+                                               token_ids(rng, 2, 4, [4, 2])))
   params = jax.jit(mha.init)(jax.random.key(0), xq, xkv, bias)["params"]
   assert params["query"]["kernel"].shape == (d_model, heads, d_k)
   assert params["value"]["kernel"].shape == (d_model, heads, d_v)
@@ -44,7 +45,7 @@ def test_module_uses_the_fused_path_only_where_it_applies():
   rng = np.random.default_rng(9)
   x = jnp.asarray(rng.normal(size=(2, 6, 8)), jnp.float32)
   seg = layers.segment_ids(token_ids(rng, 2, 6, [6, 4]))
-  mask = layers.Mask(seg, seg, causal=True)
+  mask = masks.Mask(seg, seg, causal=True)
   make = lambda impl, **kw: attention_lib.MultiHeadAttention(num_heads=2, d_k=4, d_v=4, d_model=8,
                                                       implementation=impl, **kw)
   params = jax.jit(make("reference").init)(jax.random.key(0), x, bias=mask)["params"]

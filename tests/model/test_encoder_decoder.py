@@ -7,6 +7,7 @@ import numpy as np
 
 from attention_reference import numpy_attention, token_ids
 from t2t_jax import configs
+from t2t_jax.kernels import masks
 from t2t_jax.model import encoder_decoder
 from t2t_jax.model import layers
 from t2t_jax.model import step_attention
@@ -37,7 +38,7 @@ def _norm(x, p):
 def _attention(x, kv, p, mask):
   proj = lambda x, name: np.einsum("bld,dhk->blhk", x, p[name]["kernel"])
   out, _ = numpy_attention(proj(x, "query"), proj(kv, "key"), proj(kv, "value"),
-                           np.asarray(layers.mask_to_bias(mask.dense())))
+                           np.asarray(masks.mask_to_bias(mask.dense())))
   return np.einsum("blhk,hkd->bld", out, p["out"]["kernel"])
 
 
@@ -47,7 +48,7 @@ def _ffn(x, p):
 
 
 def test_encoder_layer_is_post_norm_self_attention_then_feed_forward():
-  mask = layers.Mask(SOURCE, SOURCE)
+  mask = masks.Mask(SOURCE, SOURCE)
   layer = encoder_decoder.EncoderLayer(CFG)
   params = _init(layer, X, mask, True)
   got = np.asarray(jax.jit(lambda p: layer.apply({"params": p}, X, mask, True))(params))
@@ -59,7 +60,7 @@ def test_encoder_layer_is_post_norm_self_attention_then_feed_forward():
 
 
 def test_decoder_layer_is_post_norm_self_then_cross_attention_then_feed_forward():
-  self_mask, cross_mask = layers.Mask(TARGET, TARGET, causal=True), layers.Mask(TARGET, SOURCE)
+  self_mask, cross_mask = masks.Mask(TARGET, TARGET, causal=True), masks.Mask(TARGET, SOURCE)
   layer = encoder_decoder.DecoderLayer(CFG)
   params = _init(layer, Y, X, self_mask, cross_mask, True)
   got = np.asarray(jax.jit(lambda p: layer.apply({"params": p}, Y, X, self_mask, cross_mask,
@@ -74,18 +75,18 @@ def test_decoder_layer_is_post_norm_self_then_cross_attention_then_feed_forward(
 
 def test_decoder_steps_give_the_full_target_output():
   decoder = encoder_decoder.Decoder(CFG)
-  self_mask, cross_mask = layers.Mask(TARGET, TARGET, causal=True), layers.Mask(TARGET, SOURCE)
+  self_mask, cross_mask = masks.Mask(TARGET, TARGET, causal=True), masks.Mask(TARGET, SOURCE)
   params = _init(decoder, Y, X, self_mask, cross_mask, True)
   full = np.asarray(jax.jit(lambda p: decoder.apply({"params": p}, Y, X, self_mask, cross_mask,
                                                     True))(params))
   length = Y.shape[1] + 1                       # a spare, unwritten slot stays masked
   caches = decoder.apply({"params": params}, X, length, method=encoder_decoder.Decoder.init_cache)
-  cross_bias = layers.mask_to_bias(SOURCE != 0)[:, None, None, :]
+  cross_bias = masks.mask_to_bias(SOURCE != 0)[:, None, None, :]
 
   @jax.jit
   def step(self_caches, stored_in, position):
     stored_in, holds = step_attention.record_position(stored_in, position, batch=2)
-    self_bias = layers.mask_to_bias(jnp.arange(length) <= position)[None, None, None, :]
+    self_bias = masks.mask_to_bias(jnp.arange(length) <= position)[None, None, None, :]
     out, self_caches = decoder.apply({"params": params}, Y[:, position][:, None], self_caches,
                                      caches[1], position, holds, self_bias, cross_bias,
                                      method=encoder_decoder.Decoder.step)

@@ -1,77 +1,12 @@
-"""model/layers.py against NumPy references and brute-force masks."""
+"""model/layers.py: positions, segments and the feed-forward layer against the paper's
+formulas and NumPy."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from attention_reference import numpy_attention, token_ids
-from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.model import layers
-
-# Compiled once per signature: cheaper than op-by-op dispatch on a busy 2-core box.
-_attention = jax.jit(layers.scaled_dot_product_attention,
-                     static_argnames=("dropout_rate", "deterministic", "dtype"))
-
-
-def test_attention_matches_numpy_with_masks_and_unequal_depths():
-  rng = np.random.default_rng(0)
-  batch, q_len, kv_len, heads, d_k, d_v = 2, 5, 6, 3, 4, 7
-  q = rng.normal(size=(batch, q_len, heads, d_k)).astype(np.float32)
-  k = rng.normal(size=(batch, kv_len, heads, d_k)).astype(np.float32)
-  v = rng.normal(size=(batch, kv_len, heads, d_v)).astype(np.float32)
-  q_ids, kv_ids = token_ids(rng, batch, q_len, [5, 3]), token_ids(rng, batch, kv_len, [6, 2])
-  mask = layers.padding_mask(q_ids, kv_ids) & layers.causal_mask(6)[:, :, :q_len, :kv_len]
-  bias = layers.mask_to_bias(mask)
-  out, probs = _attention(jnp.asarray(q), jnp.asarray(k), jnp.asarray(v), bias)
-  ref_out, ref_probs = numpy_attention(q, k, v, np.asarray(bias))
-  assert out.shape == (batch, q_len, heads, d_v) and probs.dtype == jnp.float32
-  # Rows with nothing to attend to (padded queries) are checked separately: in
-  # float64 the reference still sees the logits under the -1e9 bias.
-  allowed = np.broadcast_to(np.asarray(mask), probs.shape)
-  live = allowed.any(-1)                                             # [batch, heads, q]
-  assert 0 < live.mean() < 1
-  np.testing.assert_allclose(np.asarray(probs)[live], ref_probs[live], atol=1e-6)
-  np.testing.assert_allclose(np.asarray(out).transpose(0, 2, 1, 3)[live],
-                             ref_out.transpose(0, 2, 1, 3)[live], atol=1e-5)
-  np.testing.assert_allclose(np.asarray(probs)[~live], 1 / kv_len, rtol=1e-6)
-  # Masked keys get exactly zero weight on rows with something to attend to.
-  assert np.all(np.asarray(probs)[~allowed & live[..., None]] == 0.0)
-
-
-def test_fully_masked_rows_are_uniform_not_nan():
-  q = jnp.ones((1, 2, 1, 4))
-  kv = jnp.arange(12.0).reshape(1, 3, 1, 4)
-  ids = jnp.zeros((1, 3), jnp.int32)
-  bias = layers.mask_to_bias(layers.padding_mask(ids[:, :2], ids))
-  out, probs = _attention(q, kv, kv, bias)
-  assert np.all(np.isfinite(out))
-  np.testing.assert_allclose(probs, 1 / 3, rtol=1e-6)
-  # Adding two biases (e.g. padding + causal) must stay finite as well.
-  _, probs2 = _attention(q, kv, kv, bias + bias)
-  np.testing.assert_allclose(probs2, 1 / 3, rtol=1e-6)
-
-
-def test_attention_dropout_scales_kept_weights_and_is_off_when_deterministic():
-  rng = np.random.default_rng(1)
-  q, k = (jnp.asarray(rng.normal(size=(2, 4, 2, 8)), jnp.float32) for _ in range(2))
-  v = jnp.eye(4)[None, :, None, :].repeat(2, 0).repeat(2, 2)   # out == dropped weights
-  key = jax.random.key(0, impl="rbg")   # threefry's bernoulli takes seconds to compile on CPU
-  det, probs = _attention(q, k, v, dropout_rng=key, dropout_rate=0.5)
-  np.testing.assert_allclose(det, jnp.transpose(probs, (0, 2, 1, 3)), atol=1e-6)
-  out, _ = _attention(q, k, v, dropout_rng=key, dropout_rate=0.5, deterministic=False)
-  weights = np.asarray(jnp.transpose(out, (0, 2, 1, 3)))       # [batch, heads, q, kv]
-  dropped = weights == 0
-  assert 0 < dropped.mean() < 1
-  np.testing.assert_allclose(weights[~dropped], 2 * np.asarray(probs)[~dropped], rtol=1e-5)
-  with pytest.raises(ValueError, match="dropout_rng"):
-    layers.scaled_dot_product_attention(q, k, v, dropout_rate=0.5, deterministic=False)
-
-
-def test_attention_rejects_wrong_ranks():
-  x = jnp.ones((2, 3, 4))
-  with pytest.raises(AssertionError, match="rank-4"):
-    layers.scaled_dot_product_attention(x, x, x)
 
 
 @pytest.mark.parametrize("d_model", [8, 9])
@@ -91,26 +26,6 @@ def test_sinusoidal_positions_match_paper_formula(d_model):
   np.testing.assert_allclose(row, table[37], atol=1e-6)
 
 
-def test_masks_match_brute_force():
-  n, r = 7, 2
-  causal = np.asarray(layers.causal_mask(n))[0, 0]
-  local = np.asarray(layers.local_mask(n, r))[0, 0]
-  for i in range(n):
-    for j in range(n):
-      assert causal[i, j] == (j <= i)
-      assert local[i, j] == (abs(i - j) <= r)
-  q_ids = jnp.array([[3, 4, 0]])
-  kv_ids = jnp.array([[5, 0, 6, 0]])
-  pad = np.asarray(layers.padding_mask(q_ids, kv_ids))
-  assert pad.shape == (1, 1, 3, 4)
-  expected = np.outer([1, 1, 0], [1, 0, 1, 0]).astype(bool)
-  np.testing.assert_array_equal(pad[0, 0], expected)
-  bias = np.asarray(layers.mask_to_bias(pad))
-  assert np.all(np.isfinite(bias)) and set(np.unique(bias)) == {0.0, logits_lib.NEG_INF}
-  with pytest.raises(ValueError, match="window"):
-    layers.local_mask(4, -1)
-
-
 def test_feed_forward_against_numpy():
   rng = np.random.default_rng(3)
   ffn = layers.FeedForward(d_model=4, d_ff=6)
@@ -123,99 +38,8 @@ def test_feed_forward_against_numpy():
   np.testing.assert_allclose(jax.jit(ffn.apply)({"params": params}, x), ref, atol=1e-5)
 
 
-def test_segment_positions_and_mask_match_brute_force():
+def test_segment_positions_restart_with_each_sentence():
   segments = np.array([[1, 1, 1, 2, 2, 3, 0, 0], [1, 1, 1, 1, 1, 1, 1, 1]], np.int32)
   positions = np.asarray(layers.segment_positions(jnp.asarray(segments)))
   np.testing.assert_array_equal(positions[0, :6], [0, 1, 2, 0, 1, 0])
   np.testing.assert_array_equal(positions[1], np.arange(8))
-  kv_segments = np.array([[1, 1, 2, 2, 2, 3, 3, 0], [1, 1, 1, 0, 0, 0, 0, 0]], np.int32)
-  for causal in (False, True):
-    mask = np.asarray(layers.Mask(jnp.asarray(segments), jnp.asarray(kv_segments),
-                                  causal=causal, packed=True).dense())
-    assert mask.shape == (2, 1, 8, 8)
-    for b, i, j in np.ndindex(2, 8, 8):
-      want = segments[b, i] == kv_segments[b, j] != 0 and (not causal or j <= i)
-      assert mask[b, 0, i, j] == want, (b, i, j, causal)
-  # One sentence per row: the dense mask is the padding mask.
-  ids = token_ids(np.random.default_rng(0), 2, 5, [5, 3])
-  seg = layers.segment_ids(ids)
-  np.testing.assert_array_equal(layers.Mask(seg, seg).dense(), layers.padding_mask(ids, ids))
-
-
-def _qkv(rng, batch, q_len, kv_len, heads=2, depth=8):
-  make = lambda n: jnp.asarray(rng.normal(size=(batch, n, heads, depth)), jnp.float32)
-  return make(q_len), make(kv_len), make(kv_len)
-
-
-@pytest.mark.parametrize("implementation", [None, "core_recompute", "xla"],
-                         ids=["attention_core", "attention_core_recompute", "jax.nn"])
-@pytest.mark.parametrize("packed,causal", [(False, False), (False, True), (True, False),
-                                           (True, True)])
-def test_fused_attention_equals_the_reference_on_real_rows(packed, causal, implementation):
-  rng = np.random.default_rng(7)
-  length = 8
-  q, k, v = _qkv(rng, 3, length, length)
-  if packed:
-    segments = jnp.array([[1, 1, 1, 2, 2, 2, 2, 0], [1, 2, 3, 4, 0, 0, 0, 0],
-                          [1, 1, 1, 1, 1, 1, 1, 1]], jnp.int32)
-  else:
-    segments = layers.segment_ids(token_ids(rng, 3, length, [8, 5, 1]))
-  mask = layers.Mask(segments, segments, causal=causal, packed=packed)
-  want, _ = _attention(q, k, v, layers.mask_to_bias(mask.dense()))
-  got = jax.jit(layers.fused_attention, static_argnames=("implementation",))(
-      q, k, v, mask, implementation=implementation)
-  real = np.asarray(segments) != 0                                    # [batch, q]
-  np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], atol=1e-5)
-
-
-@pytest.mark.parametrize("recompute", [False, True], ids=["saved_probs", "recomputed_probs"])
-@pytest.mark.parametrize("dtype,tol", [(jnp.float32, 1e-5), (jnp.bfloat16, 3e-2)])
-def test_attention_core_gradients_equal_autodiff_of_the_reference(dtype, tol, recompute):
-  """The hand-written backward pass against autodiff through the written-out softmax,
-  with packed, causal rows and a fully masked (padding) query row; with `recompute`
-  (the TPU's "core_recompute") it keeps no probabilities and computes them again."""
-  rng = np.random.default_rng(11)
-  q, k, v = _qkv(rng, 2, 8, 8)
-  segments = jnp.array([[1, 1, 1, 2, 2, 2, 2, 0], [1, 1, 2, 2, 2, 2, 2, 2]], jnp.int32)
-  bias = layers.mask_to_bias(layers.Mask(segments, segments, causal=True, packed=True).dense())
-  weights = jnp.asarray(rng.normal(size=q.shape), jnp.float32)   # a loss that mixes outputs
-  heads_first = lambda x: x.transpose(0, 2, 1, 3)
-
-  def core_loss(q, k, v):
-    out = layers.attention_core(*(heads_first(x / s).astype(dtype) for x, s in
-                                  ((q, np.sqrt(q.shape[-1])), (k, 1.0), (v, 1.0))), bias,
-                                recompute)
-    return jnp.sum(heads_first(out).astype(jnp.float32) * weights)
-
-  def reference_loss(q, k, v):
-    out, _ = layers.scaled_dot_product_attention(q, k, v, bias, dtype=dtype)
-    return jnp.sum(out.astype(jnp.float32) * weights)
-
-  got = jax.jit(jax.grad(core_loss, argnums=(0, 1, 2)))(q, k, v)
-  want = jax.jit(jax.grad(reference_loss, argnums=(0, 1, 2)))(q, k, v)
-  # What the backward pass keeps of the [batch, heads, q, kv] probabilities (depth 4, so
-  # that only they have that shape).
-  narrow = [heads_first(x)[..., :4].astype(dtype) for x in (q, k, v)]
-  _, backward = jax.vjp(lambda *x: layers.attention_core(*x, bias, recompute), *narrow)
-  kept = [x.dtype for x in jax.tree.leaves(backward) if x.shape == (2, 2, 8, 8)]
-  assert kept == ([] if recompute else [jnp.float32])
-  for g, w in zip(got, want):
-    assert g.dtype == w.dtype == jnp.float32
-    scale = float(jnp.max(jnp.abs(w)))
-    np.testing.assert_allclose(np.asarray(g), np.asarray(w), atol=tol * scale, rtol=tol)
-
-
-def test_fused_cross_attention_with_different_lengths():
-  rng = np.random.default_rng(8)
-  q, k, v = _qkv(rng, 2, 5, 7)
-  q_seg = layers.segment_ids(token_ids(rng, 2, 5, [5, 2]))
-  kv_seg = layers.segment_ids(token_ids(rng, 2, 7, [3, 7]))
-  mask = layers.Mask(q_seg, kv_seg)
-  want, _ = _attention(q, k, v, layers.mask_to_bias(mask.dense()))
-  got = jax.jit(layers.fused_attention)(q, k, v, mask)
-  real = np.asarray(q_seg) != 0
-  np.testing.assert_allclose(np.asarray(got)[real], np.asarray(want)[real], atol=1e-5)
-  with pytest.raises(ValueError, match="d_k == d_v"):
-    layers.fused_attention(q, k, v[..., :4], mask)
-  with pytest.raises(ValueError, match="window"):
-    layers.fused_attention(q, k, v, layers.Mask(q_seg, kv_seg, window=1))

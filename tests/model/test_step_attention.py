@@ -5,7 +5,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from attention_reference import numpy_attention
-from t2t_jax.model import layers
+from t2t_jax.kernels import masks
 from t2t_jax.model import step_attention
 
 
@@ -34,7 +34,7 @@ def test_self_attention_of_one_position_equals_the_attention_over_its_own_histor
   # A search's history: which of its sentence's rows wrote each earlier position.
   stored_in = jnp.asarray(rng.integers(0, r, (rows, length)), jnp.int32)
   stored_in, holds = step_attention.record_position(stored_in, position, batch)
-  bias = layers.mask_to_bias(jnp.arange(length) <= position)[None, None, None, :]
+  bias = masks.mask_to_bias(jnp.arange(length) <= position)[None, None, None, :]
   got = step_attention.self_attention(step_attention.scaled_queries(jnp.asarray(q), jnp.float32),
                                       jnp.asarray(keys), jnp.asarray(values), holds, bias,
                                       jnp.float32)
@@ -57,7 +57,7 @@ def test_cross_attention_of_one_position_equals_the_full_attention_row():
   values = rng.normal(size=(batch, heads, src, d_v)).astype(np.float32)
   q = rng.normal(size=(rows, 1, heads, d_k)).astype(np.float32)
   source = jnp.array([[4, 5, 6, 0, 0], [7, 8, 9, 3, 2]])
-  bias = layers.mask_to_bias(source != 0)[:, None, None, :]             # [batch, 1, 1, src]
+  bias = masks.mask_to_bias(source != 0)[:, None, None, :]             # [batch, 1, 1, src]
   got = step_attention.cross_attention(step_attention.scaled_queries(jnp.asarray(q), jnp.float32),
                                        jnp.asarray(keys), jnp.asarray(values), bias, jnp.float32)
   assert got.shape == (rows, 1, heads, d_v)

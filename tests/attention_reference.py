@@ -1,4 +1,5 @@
-"""Helpers of the attention tests (test_layers.py, test_attention.py, test_step_attention.py):
+"""Helpers of the attention tests (kernels/test_attention.py, model/test_attention.py,
+model/test_step_attention.py, model/test_encoder_decoder.py):
 the textbook attention in NumPy and padded token ids."""
 
 import jax.numpy as jnp
