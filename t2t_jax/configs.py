@@ -43,7 +43,7 @@ class TransformerConfig:
   dropout_rate: float = _field(
       0.1, "P_drop: dropout on sub-layer outputs and on embeddings + positions")
   # "hash" is an index hash that XLA fuses and the backward pass recomputes;
-  # "threefry" is jax.random.bernoulli (model/dropout.py).
+  # "threefry" is jax.random.bernoulli (kernels/dropout.py).
   dropout_generator: str = _field("hash", "how dropout masks are drawn: hash or threefry")
   attention_dropout_rate: float = _field(
       0.0, "dropout on attention probabilities (tuned for parsing)")
@@ -211,7 +211,7 @@ def _one_of(*choices: str) -> tuple[Any, str]:
   return (lambda v: v in choices), "one of " + ", ".join(repr(c) for c in choices)
 
 
-DROPOUT_GENERATORS = ("hash", "threefry")  # model/dropout.py draws masks with either
+DROPOUT_GENERATORS = ("hash", "threefry")  # kernels/dropout.py draws masks with either
 
 _POSITIVE_INT = (_positive, "a positive integer")
 _POSITIVE_NUMBER = (_positive, "a positive number")

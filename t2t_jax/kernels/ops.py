@@ -19,7 +19,9 @@ import jax
 import jax.numpy as jnp
 
 from t2t_jax import errors
+from t2t_jax.configs import DROPOUT_GENERATORS
 from t2t_jax.kernels import attention as attention_lib
+from t2t_jax.kernels import dropout as dropout_lib
 from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.kernels import masks
 
@@ -133,6 +135,29 @@ def attention(q: Array, k: Array, v: Array, mask: Union[masks.Mask, Array, None]
   except (NotImplementedError, RuntimeError, ValueError) as e:  # checked while tracing
     raise ValueError(f"{kernel} attention cannot be built ({errors.one_line(e)}); use "
                      "--config.attention_impl=core") from e
+
+
+# ---------------------------------------------------------------------------- dropout
+
+
+def dropout(x: Array, key: Array, rate: float, generator: str = "hash") -> Array:
+  """Inverted dropout of `x` at `rate` with masks from `key` (typed or raw PRNG key).
+
+  `generator` is the config's `dropout_generator`: "hash" (`dropout.hash_dropout`,
+  which XLA fuses and the backward pass recomputes) or "threefry" (the reference,
+  `jax.random.bernoulli`); the same on every platform.
+  """
+  if not 0.0 <= rate <= 1.0:
+    raise ValueError(f"dropout rate must be in [0, 1], got {rate}")
+  if generator not in DROPOUT_GENERATORS:
+    raise ValueError(f"dropout generator must be one of {DROPOUT_GENERATORS}, got {generator!r}")
+  if rate == 0.0:
+    return x
+  if rate == 1.0:
+    return jnp.zeros_like(x)
+  if generator == "threefry":
+    return dropout_lib.threefry_dropout(x, key, rate)
+  return dropout_lib.hash_dropout(x, dropout_lib.seeds(key), rate)
 
 
 # ----------------------------------------------------------------------------- logits

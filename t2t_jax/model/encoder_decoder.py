@@ -17,7 +17,6 @@ import jax.numpy as jnp
 from t2t_jax.configs import ModelConfig
 from t2t_jax.kernels import masks
 from t2t_jax.model import attention as attention_lib
-from t2t_jax.model import dropout as dropout_lib
 from t2t_jax.model import layers
 
 Array = jax.Array
@@ -44,12 +43,12 @@ def _attention(cfg: ModelConfig) -> attention_lib.MultiHeadAttention:
       implementation=cfg.attention_impl)
 
 
-def dropout(cfg: ModelConfig) -> dropout_lib.Dropout:
+def dropout(cfg: ModelConfig) -> layers.Dropout:
   """The dropout every sub-layer output and the embeddings get."""
-  return dropout_lib.Dropout(cfg.dropout_rate, generator=cfg.dropout_generator)
+  return layers.Dropout(cfg.dropout_rate, generator=cfg.dropout_generator)
 
 
-def _add_norm(x: Array, y: Array, norm: nn.LayerNorm, dropout: dropout_lib.Dropout,
+def _add_norm(x: Array, y: Array, norm: nn.LayerNorm, dropout: layers.Dropout,
               deterministic: bool) -> Array:
   """One sub-layer's output, LayerNorm(x + Dropout(y)), in x's dtype (post-norm)."""
   return norm(x + dropout(y, deterministic=deterministic)).astype(x.dtype)

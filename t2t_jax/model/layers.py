@@ -1,5 +1,5 @@
-"""Positions, segments and the feed-forward layer: pure functions and the thin Linen modules
-around them.
+"""Positions, segments, the feed-forward layer and dropout: pure functions and the thin Linen
+modules around them.
 
 Shapes, named the same way everywhere:
   ids          [batch, length] int32, 0 is padding
@@ -7,7 +7,7 @@ Shapes, named the same way everywhere:
   per head     [batch, length, heads, depth]
   attention    [batch, heads, q_length, kv_length]; masks and biases broadcast to it
 
-Attention itself, its masks and dropout are kernels/'s: the model calls them
+Attention, its masks and dropout's masks are kernels/'s: the model calls them
 through kernels/ops.py, which chooses the kernel that runs them.
 """
 
@@ -21,6 +21,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from t2t_jax.ids import PAD_ID
+from t2t_jax.kernels import ops
 
 Array = jax.Array
 
@@ -83,3 +84,17 @@ class FeedForward(nn.Module):
     dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=jnp.float32,
                                      kernel_init=self.kernel_init, name=name)
     return dense(self.d_model, "wo")(nn.relu(dense(self.d_ff, "wi")(x)))
+
+
+class Dropout(nn.Module):
+  """Dropout at `rate` (section 5.4), its masks drawn by `generator` (the config's
+  `dropout_generator`, `ops.dropout`) with a key from the "dropout" rngs."""
+  rate: float
+  generator: str = "hash"
+  rng_collection: str = "dropout"
+
+  @nn.compact
+  def __call__(self, x: Array, deterministic: bool) -> Array:
+    if deterministic or self.rate == 0.0:
+      return x
+    return ops.dropout(x, self.make_rng(self.rng_collection), self.rate, self.generator)

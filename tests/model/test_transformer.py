@@ -10,7 +10,7 @@ import pytest
 
 from t2t_jax import configs
 from t2t_jax.kernels import logits as logits_lib
-from t2t_jax.model import dropout as dropout_lib
+from t2t_jax.model import layers
 from t2t_jax.model import transformer
 
 # Tiny, with d_k != d_v so that a swapped projection cannot go unnoticed.
@@ -212,7 +212,7 @@ def test_train_mode_applies_dropout_from_the_given_key():
   params = _params(CFG)
   train = jax.jit(lambda key: transformer.Transformer(CFG.model).apply(
       {"params": params}, INPUTS, TARGETS, train=True, rngs={"dropout": key}))
-  key = jax.random.key  # the hash masks draw only two seeds from it (model/dropout.py)
+  key = jax.random.key  # the hash masks draw only two seeds from it (kernels/dropout.py)
   a, b, a2 = train(key(1)), train(key(2)), train(key(1))
   np.testing.assert_array_equal(a, a2)
   assert np.abs(np.asarray(a) - np.asarray(b)).max() > 1e-3
@@ -349,7 +349,7 @@ def test_dropout_sits_on_each_sublayer_output_and_on_the_embedding_sums():
 
   def forward(params, site):
     def drop_site(next_fun, args, kwargs, context):
-      if not (isinstance(context.module, dropout_lib.Dropout) and context.method_name == "__call__"):
+      if not (isinstance(context.module, layers.Dropout) and context.method_name == "__call__"):
         return next_fun(*args, **kwargs)
       reached.append(context.module.path[:-1])                         # the owner's path
       index = len(reached) - 1
@@ -377,3 +377,20 @@ def test_the_model_takes_a_model_config_and_names_the_fix_for_a_run_config():
                lambda: transformer.init_cache(CFG, _params(CFG), INPUTS, 4)):
     with pytest.raises(TypeError, match="not a TransformerConfig: pass cfg.model"):
       make()
+
+
+def test_the_model_draws_its_masks_with_the_configured_generator():
+  cfg = configs.get_config("demo", vocab_size=40, num_layers=1, d_model=16, d_ff=32,
+                           num_heads=2, dropout_rate=0.3, max_len=16)
+  ids = jnp.asarray(np.random.default_rng(0).integers(3, 40, (2, 7)), jnp.int32)
+  params = transformer.init_params(cfg.model, jax.random.key(0))
+
+  @functools.partial(jax.jit, static_argnums=0)
+  def logits(generator, key):
+    return transformer.Transformer(cfg.replace(dropout_generator=generator).model).apply(
+        {"params": params}, ids, ids, train=True, rngs={"dropout": key})
+
+  hashed, threefry = logits("hash", jax.random.key(5)), logits("threefry", jax.random.key(5))
+  np.testing.assert_array_equal(hashed, logits("hash", jax.random.key(5)))
+  assert np.abs(np.asarray(hashed) - np.asarray(threefry)).max() > 1e-3
+  assert np.abs(np.asarray(hashed) - np.asarray(logits("hash", jax.random.key(6)))).max() > 1e-3

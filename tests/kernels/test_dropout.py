@@ -1,6 +1,5 @@
-"""model/dropout.py: the hash masks against threefry's in what matters, and their gradient."""
-
-import functools
+"""kernels/dropout.py: the hash masks against the reference's (threefry) in what matters, and
+their gradient; ops.dropout runs the generator the config names."""
 
 import jax
 import jax.numpy as jnp
@@ -8,8 +7,8 @@ import numpy as np
 import pytest
 
 from t2t_jax import configs
-from t2t_jax.model import dropout
-from t2t_jax.model import transformer
+from t2t_jax.kernels import dropout
+from t2t_jax.kernels import ops
 
 SHAPE = (64, 32, 256)  # [batch, length, d_model]; 524288 elements
 KEY = jax.random.key(0)
@@ -54,21 +53,25 @@ def test_the_same_key_gives_the_same_mask_and_the_mask_is_not_shifted_by_the_see
       assert abs((a[shift:] == b[:a.size - shift]).mean() - 0.5) < 0.05, (step, shift)
 
 
-@pytest.mark.parametrize("generator", dropout.GENERATORS)
+@pytest.mark.parametrize("generator", configs.DROPOUT_GENERATORS)
 def test_dropout_zeroes_or_scales_each_element(generator):
   x = jax.random.normal(jax.random.key(1), SHAPE)
-  y = np.asarray(dropout.dropout(x, KEY, 0.25, generator))
+  y = np.asarray(ops.dropout(x, KEY, 0.25, generator))
   kept = y != 0
   np.testing.assert_allclose(y[kept], np.asarray(x)[kept] / 0.75, rtol=1e-6)
   assert abs(kept.mean() - 0.75) < 0.01
-  np.testing.assert_array_equal(dropout.dropout(x, KEY, 0.0, generator), x)
-  assert not np.asarray(dropout.dropout(x, KEY, 1.0, generator)).any()
+  np.testing.assert_array_equal(ops.dropout(x, KEY, 0.0, generator), x)
+  assert not np.asarray(ops.dropout(x, KEY, 1.0, generator)).any()
 
 
-def test_threefry_generator_is_jax_random_bernoulli():
+def test_each_generator_runs_its_kernel_and_threefry_is_jax_random_bernoulli():
   x = jnp.ones(SHAPE)
   keep = jax.random.bernoulli(KEY, 0.9, SHAPE)
-  np.testing.assert_array_equal(dropout.dropout(x, KEY, 0.1, "threefry") != 0, keep)
+  np.testing.assert_array_equal(ops.dropout(x, KEY, 0.1, "threefry") != 0, keep)
+  np.testing.assert_array_equal(ops.dropout(x, KEY, 0.1, "threefry"),
+                                dropout.threefry_dropout(x, KEY, 0.1))
+  np.testing.assert_array_equal(ops.dropout(x, KEY, 0.1),
+                                dropout.hash_dropout(x, dropout.seeds(KEY), 0.1))
 
 
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
@@ -89,29 +92,12 @@ def test_gradient_applies_the_forward_mask(dtype):
 def test_bad_rate_generator_or_size_is_a_clear_error():
   x = jnp.ones((2, 3))
   with pytest.raises(ValueError, match=r"rate must be in \[0, 1\]"):
-    dropout.dropout(x, KEY, 1.5)
+    ops.dropout(x, KEY, 1.5)
   with pytest.raises(ValueError, match=r"rate in \[0, 1\)"):
     dropout.hash_keep_mask(jnp.zeros(2, jnp.uint32), (2, 3), 1.0)
   with pytest.raises(ValueError, match="generator must be one of"):
-    dropout.dropout(x, KEY, 0.1, "philox")
+    ops.dropout(x, KEY, 0.1, "philox")
   with pytest.raises(ValueError, match="dropout_generator='threefry'"):
     jax.eval_shape(lambda: dropout.hash_keep_mask(jnp.zeros(2, jnp.uint32), (2**16, 2**16), 0.1))
   with pytest.raises(ValueError, match="dropout_generator"):
     configs.get_config("demo", dropout_generator="philox")
-
-
-def test_the_model_draws_its_masks_with_the_configured_generator():
-  cfg = configs.get_config("demo", vocab_size=40, num_layers=1, d_model=16, d_ff=32,
-                           num_heads=2, dropout_rate=0.3, max_len=16)
-  ids = jnp.asarray(np.random.default_rng(0).integers(3, 40, (2, 7)), jnp.int32)
-  params = transformer.init_params(cfg.model, jax.random.key(0))
-
-  @functools.partial(jax.jit, static_argnums=0)
-  def logits(generator, key):
-    return transformer.Transformer(cfg.replace(dropout_generator=generator).model).apply(
-        {"params": params}, ids, ids, train=True, rngs={"dropout": key})
-
-  hashed, threefry = logits("hash", jax.random.key(5)), logits("threefry", jax.random.key(5))
-  np.testing.assert_array_equal(hashed, logits("hash", jax.random.key(5)))
-  assert np.abs(np.asarray(hashed) - np.asarray(threefry)).max() > 1e-3
-  assert np.abs(np.asarray(hashed) - np.asarray(logits("hash", jax.random.key(6)))).max() > 1e-3

@@ -1,6 +1,8 @@
-"""Dropout (section 5.4) whose mask is a hash of the element's index.
+"""Dropout's kernels (section 5.4): the reference, whose masks come from threefry, and masks
+that are a hash of the element's index.
 
-Flax's `nn.Dropout` draws a mask with threefry. On a CPU, JAX lowers threefry to
+`threefry_dropout` is the reference: `jax.random.bernoulli`, as Flax's `nn.Dropout`
+draws its masks. On a CPU, JAX lowers threefry to
 a loop that XLA cannot fuse with anything: each mask's random bits are written
 out, kept for the backward pass (8 bytes an element) and read back there. In a
 base update on a CPU that is a sizeable share of the step (docs/benchmarks.md,
@@ -17,10 +19,10 @@ the mask from the two seeds instead of storing it (`jax.custom_vjp`). The keep
 probability is exact to 2**-32 (`jax.random.bernoulli` compares a float32 with
 23 random bits).
 
-`generator="threefry"` keeps the old masks (`jax.random.bernoulli`, as
-`nn.Dropout`), selected by `cfg.dropout_generator`; the tests hold the hash to
-it in what matters: the kept fraction, the scaling, independent masks for
-different keys and neighbouring elements, and the gradient.
+`cfg.dropout_generator` chooses between them ("hash", the default, or "threefry";
+kernels/ops.py); the tests hold the hash to the reference in what matters: the
+kept fraction, the scaling, independent masks for different keys and neighbouring
+elements, and the gradient.
 """
 
 from __future__ import annotations
@@ -28,12 +30,9 @@ from __future__ import annotations
 import functools
 import math
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax import lax
-
-from t2t_jax.configs import DROPOUT_GENERATORS as GENERATORS
 
 Array = jax.Array
 
@@ -45,6 +44,11 @@ def _mix(x: Array) -> Array:
   x = x ^ (x >> 15)
   x = x * jnp.uint32(0x846CA68B)
   return x ^ (x >> 16)
+
+
+def threefry_dropout(x: Array, key: Array, rate: float) -> Array:
+  """The reference: dropout of `x` with a `jax.random.bernoulli` mask from `key`; 0 <= rate < 1."""
+  return apply_mask(jax.random.bernoulli(key, 1.0 - rate, x.shape), x, rate)
 
 
 def seeds(key: Array) -> Array:
@@ -93,31 +97,3 @@ def _hash_dropout_bwd(rate, seed, grad):
 
 
 hash_dropout.defvjp(_hash_dropout_fwd, _hash_dropout_bwd)
-
-
-def dropout(x: Array, key: Array, rate: float, generator: str = "hash") -> Array:
-  """Inverted dropout of `x` at `rate` with masks from `key` (typed or raw PRNG key)."""
-  if not 0.0 <= rate <= 1.0:
-    raise ValueError(f"dropout rate must be in [0, 1], got {rate}")
-  if generator not in GENERATORS:
-    raise ValueError(f"dropout generator must be one of {GENERATORS}, got {generator!r}")
-  if rate == 0.0:
-    return x
-  if rate == 1.0:
-    return jnp.zeros_like(x)
-  if generator == "threefry":
-    return apply_mask(jax.random.bernoulli(key, 1.0 - rate, x.shape), x, rate)
-  return hash_dropout(x, seeds(key), rate)
-
-
-class Dropout(nn.Module):
-  """`nn.Dropout` with a choice of mask generator; the key comes from the "dropout" rngs."""
-  rate: float
-  generator: str = "hash"
-  rng_collection: str = "dropout"
-
-  @nn.compact
-  def __call__(self, x: Array, deterministic: bool) -> Array:
-    if deterministic or self.rate == 0.0:
-      return x
-    return dropout(x, self.make_rng(self.rng_collection), self.rate, self.generator)
