@@ -30,8 +30,8 @@ import numpy as np
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from t2t_jax import configs  # noqa: E402
-from t2t_jax.decoding import topk  # noqa: E402
 from t2t_jax.accelerators import aot, predict, targets  # noqa: E402
+from t2t_jax.kernels import topk  # noqa: E402
 
 
 CHOICES = ("dropout", "attention", "packing", "decode", "topk")

@@ -5,5 +5,5 @@ Text in, text out is one level up, in `t2t_jax.inference`.
 """
 
 # Its public modules (any other module is a part of these).
-__all__ = ["alignment", "batch_decoder", "beam_search", "ensemble", "in_flight", "search", "topk",
+__all__ = ["alignment", "batch_decoder", "beam_search", "ensemble", "in_flight", "search",
            "uncached"]

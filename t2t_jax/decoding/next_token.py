@@ -11,8 +11,8 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from t2t_jax.decoding import topk
 from t2t_jax.ids import PAD_ID
+from t2t_jax.kernels import ops
 from t2t_jax.kernels.logits import NEG_INF, Logits, VocabMajor, row_major
 
 Array = jax.Array
@@ -40,6 +40,6 @@ def best(logits: Logits, n: int) -> tuple[Array, Array]:
   normaliser = jnp.log(jnp.sum(jnp.exp(x - jnp.expand_dims(top, axis)), axis=axis))
   # -inf only ever meets the subtractions below, never another infinity.
   x = x.at[(PAD_ID, slice(None)) if vocab_major else (slice(None), PAD_ID)].set(-jnp.inf)
-  values, tokens = (topk.top_k_columns if vocab_major else topk.top_k)(x, min(n, x.shape[axis]))
+  values, tokens = (ops.top_k_columns if vocab_major else ops.top_k)(x, min(n, x.shape[axis]))
   values = (values - top[:, None]) - normaliser[:, None]
   return jnp.where(tokens == PAD_ID, NEG_INF, values), tokens

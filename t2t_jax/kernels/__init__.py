@@ -2,4 +2,4 @@
 (`ops`) that chooses among them for the platform a program is built for."""
 
 # Its public modules (any other module is a part of these).
-__all__ = ["logits", "masks", "ops"]
+__all__ = ["logits", "masks", "ops", "topk"]

@@ -17,6 +17,7 @@ from typing import Any, Optional, Union
 
 import jax
 import jax.numpy as jnp
+from jax import lax
 
 from t2t_jax import errors
 from t2t_jax.configs import DROPOUT_GENERATORS
@@ -24,6 +25,7 @@ from t2t_jax.kernels import attention as attention_lib
 from t2t_jax.kernels import dropout as dropout_lib
 from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.kernels import masks
+from t2t_jax.kernels import topk
 
 Array = jax.Array
 
@@ -183,3 +185,23 @@ def project_logits(hidden: Array, kernel: Array, layout: str = "row_major") -> l
   if layout == "vocab_major":
     return logits_lib.vocab_major_projection(hidden, kernel)
   return logits_lib.projection(hidden, kernel)
+
+
+# ------------------------------------------------------------------------------ top-k
+# Chosen inside the program by the platform it is compiled for (`lax.platform_dependent`),
+# so a program built here for a TPU gets the TPU's choice: `jax.lax.top_k` itself, which
+# XLA's TPU cost model predicts faster than the blocked one over 256 x 37000
+# (docs/benchmarks.md, "compiler predictions"); elsewhere `topk.blocked_top_k`.
+
+
+def top_k(x: Array, n: int) -> tuple[Array, Array]:
+  """`jax.lax.top_k(x, n)`: itself on a TPU, `topk.blocked_top_k` elsewhere."""
+  return lax.platform_dependent(x, tpu=lambda x: tuple(jax.lax.top_k(x, n)),
+                                default=lambda x: topk.blocked_top_k(x, n))
+
+
+def top_k_columns(x: Array, n: int) -> tuple[Array, Array]:
+  """`jax.lax.top_k(x.T, n)` for x [size, columns]: itself on a TPU,
+  `topk.blocked_top_k_columns` elsewhere."""
+  return lax.platform_dependent(x, tpu=lambda x: tuple(jax.lax.top_k(x.T, n)),
+                                default=lambda x: topk.blocked_top_k_columns(x, n))

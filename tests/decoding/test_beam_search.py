@@ -42,7 +42,7 @@ def test_the_searches_import_no_model():
       todo.extend(_package_imports(module))
   assert {m for m in seen if m.startswith("model")} == {"model.decode_cache"}
   assert not {m for m in seen if m.startswith("decoding")} - {
-      "decoding.beam_search", "decoding.sampling", "decoding.next_token", "decoding.topk"}
+      "decoding.beam_search", "decoding.sampling", "decoding.next_token"}
 
 
 def _toy_hash(h, token, position):

@@ -1,4 +1,5 @@
-"""An exact top-k that is faster than `jax.lax.top_k` on wide rows (beam search's vocabulary).
+"""An exact top-k that is faster than `jax.lax.top_k` (the reference) on wide rows: beam search's
+vocabulary.
 
 XLA CPU sorts each row of a top-k on one thread: over a 37000-word vocabulary
 that is most of a step's search (docs/benchmarks.md, "Decoding"). Here the row is cut
@@ -8,11 +9,9 @@ best too; on ties the lower block, whose elements have lower indices, comes
 first as the lower index does), so only those blocks' elements, kept in index
 order, go through the exact top-k.
 
-`top_k` and `top_k_columns` choose by the platform the program is compiled for
-(`lax.platform_dependent`, so a program built here for a TPU gets the TPU's
-choice): on a TPU `jax.lax.top_k` itself, which XLA's TPU cost model predicts
-faster than the blocked one over 256 x 37000 (docs/benchmarks.md, "compiler
-predictions"); elsewhere the blocked one.
+The searches call `ops.top_k` and `ops.top_k_columns`, which choose by the
+platform the program is compiled for (kernels/ops.py): on a TPU `jax.lax.top_k`
+itself, elsewhere the blocked one.
 """
 
 from __future__ import annotations
@@ -21,26 +20,12 @@ import math
 
 import jax
 import jax.numpy as jnp
-from jax import lax
-
 Array = jax.Array
 
 
 def _block(size: int, n: int) -> int:
   """Block length: about sqrt(size / n), so that both stages' top-k are short."""
   return max(8, 1 << round(math.log2(math.sqrt(size / max(n, 1)))))
-
-
-def top_k(x: Array, n: int) -> tuple[Array, Array]:
-  """`jax.lax.top_k(x, n)`: itself on a TPU, `blocked_top_k` elsewhere."""
-  return lax.platform_dependent(x, tpu=lambda x: tuple(jax.lax.top_k(x, n)),
-                                default=lambda x: blocked_top_k(x, n))
-
-
-def top_k_columns(x: Array, n: int) -> tuple[Array, Array]:
-  """`jax.lax.top_k(x.T, n)` for x [size, columns]: itself on a TPU, `blocked_top_k_columns` elsewhere."""
-  return lax.platform_dependent(x, tpu=lambda x: tuple(jax.lax.top_k(x.T, n)),
-                                default=lambda x: blocked_top_k_columns(x, n))
 
 
 def blocked_top_k(x: Array, n: int) -> tuple[Array, Array]:
