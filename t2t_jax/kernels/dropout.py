@@ -2,11 +2,11 @@
 that are a hash of the element's index.
 
 `threefry_dropout` is the reference: `jax.random.bernoulli`, as Flax's `nn.Dropout`
-draws its masks. On a CPU, JAX lowers threefry to
-a loop that XLA cannot fuse with anything: each mask's random bits are written
-out, kept for the backward pass (8 bytes an element) and read back there. In a
-base update on a CPU that is a sizeable share of the step (docs/benchmarks.md,
-"Training step"), most of it in the backward fusions that read the saved bits.
+draws its masks. On a CPU, JAX lowers threefry to a loop that XLA cannot fuse with
+anything: each mask's random bits are written out, kept for the backward pass (8
+bytes an element) and read back there. In a base update on a CPU that is a sizeable
+share of the step (docs/benchmarks.md, "Training step"), most of it in the backward
+fusions that read the saved bits.
 
 Here element i of a layer's mask is kept when `mix(mix(mix(i + s0) ^ s1) + s0)`
 is at least `rate * 2**32`, where (s0, s1) are two 32-bit seeds drawn from the

@@ -3,12 +3,17 @@ kernel chosen here for the platform the program is built for.
 
 The model reads as the paper: `attention(q, k, v, mask)`, `dropout(x, key, rate)`,
 `project_logits(hidden, embedding)`; the searches pick with `top_k`. Which kernel
-runs each, and why, is decided below and nowhere else; each kernel lives beside
-its reference in its own module of this package (tests hold them equal).
-
-| job | kernels (reference first) | chosen by |
-|---|---|---|
-| output projection | `logits.projection`, `logits.vocab_major_projection` | the caller's `layout`: `logits_layout` (one model's searches: vocabulary-major) |
+runs each, and why, is decided here and nowhere else; each kernel lives beside
+its reference in its own module of this package (tests hold them equal):
+  attention   reference `attention.scaled_dot_product_attention`; kernels
+              `attention.fused_attention`'s "core", "core_recompute", "cudnn";
+              by the config's `attention_impl` and the platform
+  dropout     reference `dropout.threefry_dropout`; kernel `dropout.hash_dropout`;
+              by the config's `dropout_generator`
+  logits      reference `logits.projection`; kernel `logits.vocab_major_projection`;
+              by the layout a search asks for (`logits_layout`)
+  top-k       reference `jax.lax.top_k`; kernels `topk.blocked_top_k(_columns)`;
+              by the platform the program is lowered for
 """
 
 from __future__ import annotations
@@ -130,11 +135,11 @@ def attention(q: Array, k: Array, v: Array, mask: Union[masks.Mask, Array, None]
     return attention_lib.scaled_dot_product_attention(
         q, k, v, bias, dropout_rng=dropout_rng, dropout_rate=dropout_rate,
         deterministic=not dropout, dtype=dtype)
-  if kernel in ("core", "core_recompute"):
+  if kernel in ("core", "core_recompute"):  # any backend builds these
     return attention_lib.fused_attention(q, k, v, mask, dtype, kernel), None
   try:
     return attention_lib.fused_attention(q, k, v, mask, dtype, kernel), None
-  except (NotImplementedError, RuntimeError, ValueError) as e:  # checked while tracing
+  except (NotImplementedError, RuntimeError, ValueError) as e:  # cuDNN checks while tracing
     raise ValueError(f"{kernel} attention cannot be built ({errors.one_line(e)}); use "
                      "--config.attention_impl=core") from e
 
