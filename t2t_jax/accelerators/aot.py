@@ -41,9 +41,11 @@ _CUDNN_ATTENTION = re.compile(r'custom_call_target="__cudnn\$fmha[^"]*"')
 # assignment copying a weight into the TPU's on-chip memory in pieces; libtpu emits
 # them for v5e, not v5p). predict.py prices each at 0: libtpu's cost model says -1 s.
 _SLICED_PREFETCH = re.compile(r'custom_call_target="ConcatBitcast"')
-# An all-reduce instruction (synchronous, or the start of an asynchronous one) and its
-# result type: one array or a tuple of them ("(f32[512,2048]{1,0}, f32[512]{0})").
-_ALL_REDUCE = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.*?)\s+all-reduce(?:-start)?\(",
+# An all-reduce instruction (synchronous, or the end of an asynchronous one) and its
+# result type: one array or a tuple of them ("(f32[512,2048]{1,0}, f32[512]{0})"). The
+# start of an asynchronous one is not read: newer XLA types it (operands, results), which
+# would count its bytes twice.
+_ALL_REDUCE = re.compile(r"^\s*(?:ROOT\s+)?%?[\w.\-]+\s*=\s*(.*?)\s+all-reduce(?:-done)?\(",
                          re.MULTILINE)
 _ARRAY = re.compile(r"\b(pred|[suf]8|[suf]16|bf16|[suf]32|[suf]64)\[([\d,]*)\]")
 _BYTES = {"pred": 1, "s8": 1, "u8": 1, "f8": 1, "s16": 2, "u16": 2, "f16": 2, "bf16": 2,

@@ -35,6 +35,16 @@ def test_all_reduce_bytes_are_read_from_the_program():
   assert aot.analyse(compiled).all_reduce_bytes == 3 * 5 * 4 + 7 * 2
 
 
+def test_an_asynchronous_all_reduce_counts_its_results_once():
+  # As the CUDA plugin of JAX 0.12 writes one: the start typed (operands, results).
+  hlo = """
+  %all-reduce-start = ((f32[724996]{0}), f32[724996]{0}) all-reduce-start(%concatenate), channel_id=1
+  %all-reduce-done = f32[724996]{0} all-reduce-done(%all-reduce-start), metadata={}
+  ROOT %all-reduce.1 = (f32[3,5]{1,0}, s16[7]{0}) all-reduce(%a, %b), to_apply=%sum
+  """
+  assert aot.all_reduce_bytes(hlo) == 724996 * 4 + 3 * 5 * 4 + 7 * 2
+
+
 @NO_CUDA
 def test_h100_programs_compile_with_cudnn_attention():
   h100 = targets.get("h100")
