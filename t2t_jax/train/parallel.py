@@ -11,9 +11,9 @@ Two equivalent ways to run the same per-device `steps.train_step`, chosen by
   batch is the same `[devices, ...]` array, split on its leading axis. This is
   what JAX now builds pmap on, and the form that extends to model sharding.
 
-`data_parallel(cfg, optimizer)` gives the training loop either one behind one
-interface (`DataParallel`): place the state and the batches, run the steps,
-read one copy back.
+`data_parallel(cfg, optimizer)` gives either one behind one interface
+(`DataParallel`): place the state and the batches, run the steps, read one copy
+back. train/builder.py is its caller: it builds the optimiser and the state too.
 """
 
 from __future__ import annotations
@@ -32,6 +32,11 @@ from t2t_jax.train import steps
 
 AXIS = "batch"
 PARALLELISMS = ("pmap", "shard_map")
+
+
+def data_mesh(devices: Optional[Sequence[jax.Device]] = None) -> Mesh:
+  """The 1-D mesh of axis "batch" the shard_map steps run on: `devices`, else all of them."""
+  return Mesh(np.array(list(devices) if devices is not None else jax.devices()), (AXIS,))
 
 
 def _stacked_sharding(devices: Optional[Sequence[jax.Device]]) -> NamedSharding:
@@ -141,32 +146,37 @@ class DataParallel:
   fetch: Callable       # placed metrics -> this process's first copy on the host, no device op
 
 
-def data_parallel(cfg: TransformerConfig, optimizer: optax.GradientTransformation
-                  ) -> DataParallel:
-  """The training loop's steps over all devices, as `cfg.parallelism` says."""
-  if cfg.parallelism == "pmap":
-    return DataParallel(train_step=pmap_train_step(cfg, optimizer),
-                        eval_step=pmap_eval_step(cfg), put_state=replicate,
-                        put_batch=shard_batch, get=unreplicate, fetch=fetch_first)
-  if cfg.parallelism != "shard_map":
-    raise ValueError(f"parallelism={cfg.parallelism!r}: use one of {PARALLELISMS}")
-  mesh = Mesh(np.array(jax.devices()), (AXIS,))
-  replicated, split = NamedSharding(mesh, P()), NamedSharding(mesh, P(AXIS))
+def data_parallel(cfg: TransformerConfig, optimizer: optax.GradientTransformation,
+                  devices: Optional[Sequence[jax.Device]] = None,
+                  parallelism: Optional[str] = None) -> DataParallel:
+  """The steps over `devices` (pmap: this process's, shard_map: every process's, by
+  default), mapped as `parallelism` (default `cfg.parallelism`) says."""
+  parallelism = parallelism or cfg.parallelism
+  if parallelism == "pmap":
+    return DataParallel(train_step=pmap_train_step(cfg, optimizer, devices),
+                        eval_step=pmap_eval_step(cfg, devices),
+                        put_state=functools.partial(replicate, devices=devices),
+                        put_batch=functools.partial(shard_batch, devices=devices),
+                        get=unreplicate, fetch=fetch_first)
+  if parallelism != "shard_map":
+    raise ValueError(f"parallelism={parallelism!r}: use one of {PARALLELISMS}")
+  m = data_mesh(devices)
+  replicated, split = NamedSharding(m, P()), NamedSharding(m, P(AXIS))
 
   def put_state(tree):
     return jax.tree.map(
         lambda x: jax.make_array_from_process_local_data(replicated, np.asarray(x)), tree)
 
   def put_batch(batch):
-    local = jax.local_device_count()
+    local = sum(d.process_index == jax.process_index() for d in m.devices.flat)
     for name, x in batch.items():
       if x.shape[0] != local:
         raise ValueError(f"batch[{name!r}] has leading dimension {x.shape[0]}, expected one "
                          f"slice per local device ({local}); build batches for {local} devices")
     return {name: jax.make_array_from_process_local_data(split, x) for name, x in batch.items()}
 
-  return DataParallel(train_step=jit_shard_map_train_step(cfg, optimizer, mesh),
-                      eval_step=jit_shard_map_eval_step(cfg, mesh), put_state=put_state,
+  return DataParallel(train_step=jit_shard_map_train_step(cfg, optimizer, m),
+                      eval_step=jit_shard_map_eval_step(cfg, m), put_state=put_state,
                       put_batch=put_batch,
                       get=lambda tree: jax.tree.map(lambda x: x.addressable_data(0), tree),
                       fetch=lambda tree: fetch_first(tree, stacked=False))
