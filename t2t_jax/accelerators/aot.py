@@ -6,7 +6,7 @@
 
 Each step is the one the training loop (or the translator) runs, traced on
 shapes only and compiled by the target's own compiler on compile-only devices
-(targets.topology): the train step is `parallel.jit_shard_map_train_step`,
+(targets.topology): the train step is train/builder.py's under jit+shard_map,
 data parallel over the target's devices with the state donated (the pmap step's
 tested twin), with its gradient accumulation and packed rows; the model's
 kernels are those of the target's platform (`kernels.for_platform`). Nothing is
@@ -30,10 +30,9 @@ from t2t_jax.accelerators import kernels
 from t2t_jax.accelerators.targets import Target, topology
 from t2t_jax.configs import TransformerConfig
 from t2t_jax.model import decode_cache
+from t2t_jax.train import builder
 from t2t_jax.train import memory
-from t2t_jax.train import optim
 from t2t_jax.train import parallel
-from t2t_jax.train import steps
 
 # The custom call XLA's GPU compiler emits for a cuDNN fused attention (forward or backward).
 _CUDNN_ATTENTION = re.compile(r'custom_call_target="__cudnn\$fmha[^"]*"')
@@ -122,8 +121,7 @@ def _program(lowered) -> Program:
 
 def mesh(target: Target) -> jax.sharding.Mesh:
   """A 1-D "batch" mesh over `target`'s compile-only devices, as parallel.py's."""
-  devices = topology(target).devices
-  return jax.sharding.Mesh(np.array(devices), (parallel.AXIS,))
+  return parallel.data_mesh(topology(target).devices)
 
 
 def _placed(tree: Any, sharding: NamedSharding) -> Any:
@@ -139,17 +137,8 @@ def compile_train_step(cfg: TransformerConfig, target: Target, rows: int, length
   not grow with them; time does).
   """
   cfg = kernels.for_platform(cfg, target.platform)
-  m = mesh(target)
-  optimizer = optim.make_optimizer(cfg)
-  state = jax.eval_shape(functools.partial(steps.create_train_state, cfg, optimizer),
-                         jax.random.key(0))
-  names = ("inputs", "targets") + (steps.SEGMENT_KEYS if packed else ())
-  split = NamedSharding(m, P(parallel.AXIS))
-  batch = {n: jax.ShapeDtypeStruct((target.devices, accum_steps, rows, length), jnp.int32,
-                                   sharding=split) for n in names}
-  key = _placed(jax.eval_shape(lambda: jax.random.key(0)), NamedSharding(m, P()))
-  step = parallel.jit_shard_map_train_step(cfg, optimizer, m)
-  return _program(step.lower(_placed(state, NamedSharding(m, P())), batch, key))
+  built = builder.build(cfg, devices=topology(target).devices, parallelism="shard_map")
+  return _program(built.lower(rows, length, accum_steps, packed))
 
 
 def compile_eval_step(cfg: TransformerConfig, target: Target, rows: int, length: int) -> Program:

@@ -3,7 +3,7 @@
     report = measure.measure(cfg, steps=10)        # t2t-compile --measure
     report["step_s"], report["predicted"]["step_s"], report["measured_over_predicted"]
 
-The training step is the training loop's own (`parallel.data_parallel`: the
+The training step is the training loop's own (train/builder.py's: the
 config's parallelism over every local device, its micro-steps, dtype and
 kernels, the state donated), compiled here for the devices the process has (a
 GPU, a TPU, or the CPU), fed synthetic full rows as t2t-compile's prediction
@@ -38,10 +38,9 @@ from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import search as search_lib
 from t2t_jax.ids import EOS_ID
 from t2t_jax.model import transformer
+from t2t_jax.train import builder
 from t2t_jax.train import flops
 from t2t_jax.train import memory
-from t2t_jax.train import optim
-from t2t_jax.train import parallel
 from t2t_jax.train import steps
 
 DECODE_BEAM = 4
@@ -110,9 +109,9 @@ def time_updates(cfg: TransformerConfig, steps_timed: int, warmup: int
   length = plan.row_length(cfg)
   cfg = memory.resolve_max_tokens_per_device(cfg, count, length, packed=cfg.packing)
   rows, tokens, accum = plan.micro_batch(cfg, count, length)
-  optimizer = optim.make_optimizer(cfg)
-  devices = parallel.data_parallel(cfg, optimizer)
-  state = devices.put_state(steps.create_train_state(cfg, optimizer, jax.random.key(cfg.seed)))
+  built = builder.build(cfg)
+  devices = built.mapped
+  state = devices.put_state(built.init_state(jax.random.key(cfg.seed)))
   batch = devices.put_batch(synthetic_batch(cfg, count, accum, rows, length))
   key = jax.random.key(cfg.seed + 1)
   start = time.perf_counter()

@@ -2,4 +2,4 @@
 optimiser, device mapping, memory fitting, FLOPs, metrics."""
 
 # Its public modules (any other module is a part of these).
-__all__ = ["flops", "memory", "optim", "parallel", "steps", "trainer"]
+__all__ = ["builder", "flops", "memory", "optim", "parallel", "steps", "trainer"]

@@ -14,21 +14,17 @@ step needs before the first one runs (on any backend, CPU included).
 from __future__ import annotations
 
 import dataclasses
-import functools
 import logging
 import math
 import os
 from typing import Callable, Optional
 
 import jax
-import jax.numpy as jnp
 
 from t2t_jax import errors
 from t2t_jax.configs import TransformerConfig
 from t2t_jax.runtime import multihost
-from t2t_jax.train import optim
-from t2t_jax.train import parallel
-from t2t_jax.train import steps
+from t2t_jax.train import builder
 
 log = logging.getLogger(__name__)
 
@@ -53,19 +49,13 @@ def step_memory(cfg: TransformerConfig, rows: int, length: int, packed: bool = F
                 device: Optional[jax.Device] = None) -> StepMemory:
   """Compiles (does not run) the train step for one micro-batch [rows, length] on `device`.
 
-  The step is the training loop's own (pmapped, state donated, Adam update
-  included), traced on shapes only: nothing is allocated.
+  The step is the training loop's own (train/builder.py's: state donated, Adam
+  update included), pmapped over that one device, traced on shapes only: nothing
+  is allocated.
   """
   device = device or jax.local_devices()[0]
-  optimizer = optim.make_optimizer(cfg)
-  create = functools.partial(steps.create_train_state, cfg, optimizer)
-  state = jax.eval_shape(create, jax.random.key(0))
-  stacked = jax.tree.map(lambda x: jax.ShapeDtypeStruct((1, *x.shape), x.dtype), state)
-  names = ("inputs", "targets") + (steps.SEGMENT_KEYS if packed else ())
-  batch = {name: jax.ShapeDtypeStruct((1, 1, rows, length), jnp.int32) for name in names}
-  key = jax.eval_shape(lambda: jax.random.key(0))
-  step = parallel.pmap_train_step(cfg, optimizer, [device])
-  stats = step.lower(stacked, batch, key).compile().memory_analysis()
+  built = builder.build(cfg, devices=[device], parallelism="pmap")
+  stats = built.lower(rows, length, packed=packed).compile().memory_analysis()
   return StepMemory(stats.argument_size_in_bytes, stats.output_size_in_bytes,
                     stats.alias_size_in_bytes, stats.temp_size_in_bytes)
 

@@ -18,7 +18,6 @@ checkpoint and appends), log lines, and a tqdm bar on a terminal.
 
 from __future__ import annotations
 
-import functools
 import logging
 import math
 import os
@@ -38,12 +37,10 @@ from t2t_jax.runtime import checkpoint
 from t2t_jax.runtime import lock
 from t2t_jax.runtime import multihost
 from t2t_jax.runtime import preemption
+from t2t_jax.train import builder
 from t2t_jax.train import flops as flops_lib
 from t2t_jax.train import loss as loss_lib
 from t2t_jax.train import memory
-from t2t_jax.train import optim
-from t2t_jax.train import parallel
-from t2t_jax.train import steps
 from t2t_jax.train.metrics_writer import MetricsWriter
 
 log = logging.getLogger(__name__)
@@ -132,11 +129,10 @@ class Trainer:
                                              jax.process_index(), jax.process_count())
 
     # --- Model and state ---
-    optimizer = optim.make_optimizer(cfg)
+    built = builder.build(cfg)
     # The dropout key is derived again from the seed on resume; it is never saved.
     init_key, self.dropout_key = jax.random.split(jax.random.key(cfg.seed))
-    create = functools.partial(steps.create_train_state, cfg, optimizer)
-    abstract_state = jax.eval_shape(create, init_key)
+    abstract_state = built.abstract_state()
     num_params = sum(x.size for x in jax.tree.leaves(abstract_state.params))
     log.info("Model: %s parameters; %d devices (%s, %s), %d micro-step(s) per update, dtype %s",
              f"{num_params:,}", self.num_devices, self.device_kind, cfg.parallelism,
@@ -144,7 +140,7 @@ class Trainer:
     self.ckpt = checkpoint.Checkpointer(self.workdir, cfg)
     restored = self.ckpt.restore_latest(abstract_state)
     if restored is None:
-      state = create(init_key)
+      state = built.init_state(init_key)
       if init_params is not None:  # fine-tuning: another run's params, a fresh optimiser
         state = state.replace(params=matching_params(init_params, abstract_state.params))
         log.info("Starting from the given params (fine-tuning), optimiser and schedule at step 0")
@@ -155,7 +151,7 @@ class Trainer:
     self.start_step = int(state.step)
 
     # --- Update step ---
-    self.devices = parallel.data_parallel(cfg, optimizer)
+    self.devices = built.mapped
     self.state = self.devices.put_state(state)
 
     # --- Metrics ---
