@@ -43,6 +43,23 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_HERE)
 
 
+def _pmapped_update(cfg):
+  """(the state at step 0 on every local device, the pmapped step, the batch placement)
+  of the checkout the process runs: train/builder.py's, or in a checkout older than
+  it (the comparison's old side runs this file against one), assembled from its parts."""
+  import jax  # pylint: disable=import-outside-toplevel
+  try:
+    from t2t_jax.train import builder  # pylint: disable=import-outside-toplevel
+  except ImportError:
+    from t2t_jax.train import optim, parallel, steps  # pylint: disable=import-outside-toplevel
+    optimizer = optim.make_optimizer(cfg)
+    return (parallel.replicate(steps.create_train_state(cfg, optimizer, jax.random.key(0))),
+            parallel.pmap_train_step(cfg, optimizer), parallel.shard_batch)
+  built = builder.build(cfg, parallelism="pmap")
+  return (built.mapped.put_state(built.init_state(jax.random.key(0))), built.mapped.train_step,
+          built.mapped.put_batch)
+
+
 # --- Step speed on random ids -------------------------------------------------------
 
 def bench(name: str, dtype: str, tokens_per_device: int, length: int, num_steps: int,
@@ -50,20 +67,15 @@ def bench(name: str, dtype: str, tokens_per_device: int, length: int, num_steps:
   import jax  # pylint: disable=import-outside-toplevel
   from t2t_jax import configs  # pylint: disable=import-outside-toplevel
   from t2t_jax.train import flops
-  from t2t_jax.train import optim
-  from t2t_jax.train import parallel
-  from t2t_jax.train import steps
   cfg = configs.get_config(name, dtype=dtype, peak_tflops=peak_tflops)
   devices = jax.local_device_count()
   rows = max(1, tokens_per_device // length)
-  optimizer = optim.make_optimizer(cfg)
-  state = parallel.replicate(steps.create_train_state(cfg, optimizer, jax.random.key(0)))
+  state, step_fn, put_batch = _pmapped_update(cfg)
   rng = np.random.default_rng(0)
   shape = (devices, 1, rows, length)  # [local_devices, accum_steps, micro_batch, length]
-  batch = parallel.shard_batch({
+  batch = put_batch({
       "inputs": rng.integers(3, cfg.vocab_size, shape, dtype=np.int32),
       "targets": rng.integers(3, cfg.vocab_size, shape, dtype=np.int32)})
-  step_fn = parallel.pmap_train_step(cfg, optimizer)
   key = jax.random.key(1)
 
   start = time.perf_counter()
@@ -106,15 +118,12 @@ def step_speed(args) -> None:
 # --- Old against new: the worker -------------------------------------------------------
 # Runs inside the checkout under test (PYTHONPATH), so it uses only what every
 # version has: configs.get_config, dataset.prepare / accum_steps / train_iterator,
-# optim, steps.create_train_state and parallel's pmap step.
+# and the pmapped update (`_pmapped_update`).
 
 def worker(args) -> None:
   import jax  # pylint: disable=import-outside-toplevel
   from t2t_jax import configs  # pylint: disable=import-outside-toplevel
   from t2t_jax.data import dataset
-  from t2t_jax.train import optim
-  from t2t_jax.train import parallel
-  from t2t_jax.train import steps
   # Each version splits an update into micro-steps as its own preset does (the
   # demo's unrolled micro-steps are part of what a user gets); where a preset
   # leaves that to the memory analysis (None), one micro-step.
@@ -129,16 +138,14 @@ def worker(args) -> None:
   batches = [next(iterator) for _ in range(args.batches)]
   real = sum(int(np.count_nonzero(b["targets"])) for b in batches)
   padded = sum(int(b["targets"].size) for b in batches)
-  optimizer = optim.make_optimizer(model_cfg)
-  state = parallel.replicate(steps.create_train_state(model_cfg, optimizer, jax.random.key(0)))
-  step = parallel.pmap_train_step(model_cfg, optimizer)
+  state, step, put_batch = _pmapped_update(model_cfg)
   key = jax.random.key(1)
   shapes = {}
   start = time.perf_counter()
   for batch in batches:  # compile every shape once, outside the timed rounds
     shape = tuple((k, v.shape) for k, v in sorted(batch.items()))
     if shape not in shapes:
-      state, metrics = step(state, parallel.shard_batch(batch), key)
+      state, metrics = step(state, put_batch(batch), key)
       jax.block_until_ready(metrics)
       shapes[shape] = batch["targets"].shape
   print(json.dumps({"ready": True, "shapes": sorted(set(shapes.values())),
@@ -149,7 +156,7 @@ def worker(args) -> None:
     wall, cpu = time.perf_counter(), time.process_time()
     pending = None
     for batch in batches:  # as the training loop: read a step's metrics after the next dispatch
-      state, metrics = step(state, parallel.shard_batch(batch), key)
+      state, metrics = step(state, put_batch(batch), key)
       if pending is not None:
         jax.device_get(pending)
       pending = metrics

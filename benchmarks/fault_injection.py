@@ -35,7 +35,6 @@ unkilled run.
 from __future__ import annotations
 
 import argparse
-import functools
 import json
 import os
 import pathlib
@@ -154,17 +153,13 @@ def run_reference(cmd, env, log) -> tuple[float, float]:
 
 
 def final_state(workdir: pathlib.Path):
-  import jax  # pylint: disable=g-import-not-at-top
   from t2t_jax.runtime import averaging  # pylint: disable=g-import-not-at-top
   from t2t_jax.runtime import checkpoint  # pylint: disable=g-import-not-at-top
   from t2t_jax.runtime import workdir as workdir_lib
-  from t2t_jax.train import optim
-  from t2t_jax.train import steps
+  from t2t_jax.train import builder
   cfg = workdir_lib.load_config(workdir)
-  abstract = jax.eval_shape(functools.partial(
-      steps.create_train_state, cfg, optim.make_optimizer(cfg)), jax.random.key(0))
   with checkpoint.Checkpointer(workdir, cfg) as ckpt:
-    state, extras = ckpt.restore_latest(abstract)
+    state, extras = ckpt.restore_latest(builder.build(cfg).abstract_state())
   averaged = averaging.load_params(workdir, averaged=True)
   bleu = json.loads((workdir / "results.json").read_text())["bleu"]
   return state, extras["data"], averaged, bleu

@@ -20,9 +20,7 @@ from t2t_jax import configs
 from t2t_jax.data import demo
 from t2t_jax.data import vocab
 from t2t_jax.runtime import checkpoint
-from t2t_jax.train import optim
-from t2t_jax.train import parallel
-from t2t_jax.train import steps
+from t2t_jax.train import builder
 
 LENGTH = 20          # pieces per side, EOS included; longer pairs are left out
 ROWS = 64            # sentence pairs per update
@@ -74,16 +72,15 @@ def make(root: pathlib.Path, num_steps: int = STEPS) -> pathlib.Path:
   pairs = demo.generate(4000, seed=0, max_words=9)
   tokenizer = vocab.build_or_load(cfg.vocab_size, str(root / "vocab"), lambda: pairs)
   (root / "config.json").write_text(json.dumps(dataclasses.asdict(cfg)))
-  devices = jax.local_devices()[:1]
-  optimizer = optim.make_optimizer(cfg)
-  state = parallel.replicate(steps.create_train_state(cfg, optimizer, jax.random.key(0)), devices)
-  train_step = parallel.pmap_train_step(cfg, optimizer, devices)
+  built = builder.build(cfg, devices=jax.local_devices()[:1], parallelism="pmap")
+  mapped = built.mapped
+  state = mapped.put_state(built.init_state(jax.random.key(0)))
   batches = _batches(tokenizer, pairs, np.random.default_rng(0))
   key = jax.random.key(1)
   for _ in range(num_steps):
-    state, metrics = train_step(state, parallel.shard_batch(next(batches), devices), key)
+    state, metrics = mapped.train_step(state, mapped.put_batch(next(batches)), key)
   print(f"trained {num_steps} steps: accuracy {float(metrics['accuracy'][0]):.3f}")
-  params = jax.device_get(parallel.unreplicate(state.params))
+  params = jax.device_get(mapped.get(state.params))
   with checkpoint.Checkpointer(root, cfg, async_save=False) as ckpt:
     ckpt.maybe_save(num_steps, {"params": params}, force=True)
   return root

@@ -7,7 +7,6 @@ mid-save), then run again. A and B must end with the same state bit for bit
 must match step for step.
 """
 
-import functools
 import json
 import os
 import pathlib
@@ -24,8 +23,7 @@ import pytest
 import trained
 from t2t_jax import configs
 from t2t_jax.runtime import checkpoint
-from t2t_jax.train import optim
-from t2t_jax.train import steps
+from t2t_jax.train import builder
 
 NUM_STEPS = 24
 EVERY = 2
@@ -133,10 +131,8 @@ def reference(tmp_path_factory, overrides, compilation_cache):
 
 def _final(workdir, overrides):
   cfg = configs.get_config("demo", **overrides)
-  abstract = jax.eval_shape(functools.partial(
-      steps.create_train_state, cfg, optim.make_optimizer(cfg)), jax.random.key(0))
   with checkpoint.Checkpointer(workdir, cfg) as ckpt:
-    return ckpt.restore_latest(abstract)
+    return ckpt.restore_latest(builder.build(cfg).abstract_state())
 
 
 def _assert_same_run(reference, resumed, overrides, restored_step):
