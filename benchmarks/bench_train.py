@@ -4,6 +4,7 @@
         [--tokens_per_device=4096] [--length=32] [--steps=5]
     python benchmarks/bench_train.py --compare=/path/to/old/checkout [--configs=demo,base]
         [--tokens_per_batch=demo:2048,base:4096] [--batches=demo:24,base:6] [--rounds=4]
+        [--parallelism=pmap|shard_map] [--old_parallelism=...] [--old_python=PATH]
 
 Step speed (default): the real pmapped `train_step` (dropout on, Adam update) over
 all local devices, on random token ids in one bucket shape `[rows, length]` per
@@ -43,10 +44,10 @@ _HERE = os.path.dirname(os.path.abspath(__file__))
 _ROOT = os.path.dirname(_HERE)
 
 
-def _pmapped_update(cfg):
-  """(the state at step 0 on every local device, the pmapped step, the batch placement)
-  of the checkout the process runs: train/builder.py's, or in a checkout older than
-  it (the comparison's old side runs this file against one), assembled from its parts."""
+def _mapped_update(cfg, parallelism: str = "pmap"):
+  """(the state at step 0 on every device, the mapped step, the batch placement) of the
+  checkout the process runs: train/builder.py's, or in a checkout older than it (the
+  comparison's old side runs this file against one; pmap only), assembled from its parts."""
   import jax  # pylint: disable=import-outside-toplevel
   try:
     from t2t_jax.train import builder  # pylint: disable=import-outside-toplevel
@@ -55,7 +56,7 @@ def _pmapped_update(cfg):
     optimizer = optim.make_optimizer(cfg)
     return (parallel.replicate(steps.create_train_state(cfg, optimizer, jax.random.key(0))),
             parallel.pmap_train_step(cfg, optimizer), parallel.shard_batch)
-  built = builder.build(cfg, parallelism="pmap")
+  built = builder.build(cfg, parallelism=parallelism)
   return (built.mapped.put_state(built.init_state(jax.random.key(0))), built.mapped.train_step,
           built.mapped.put_batch)
 
@@ -63,14 +64,14 @@ def _pmapped_update(cfg):
 # --- Step speed on random ids -------------------------------------------------------
 
 def bench(name: str, dtype: str, tokens_per_device: int, length: int, num_steps: int,
-          peak_tflops: float | None) -> dict:
+          peak_tflops: float | None, parallelism: str = "pmap") -> dict:
   import jax  # pylint: disable=import-outside-toplevel
   from t2t_jax import configs  # pylint: disable=import-outside-toplevel
   from t2t_jax.train import flops
   cfg = configs.get_config(name, dtype=dtype, peak_tflops=peak_tflops)
   devices = jax.local_device_count()
   rows = max(1, tokens_per_device // length)
-  state, step_fn, put_batch = _pmapped_update(cfg)
+  state, step_fn, put_batch = _mapped_update(cfg, parallelism)
   rng = np.random.default_rng(0)
   shape = (devices, 1, rows, length)  # [local_devices, accum_steps, micro_batch, length]
   batch = put_batch({
@@ -108,7 +109,7 @@ def step_speed(args) -> None:
   print("|---|---|---|---|---|---|---|---|")
   for name in args.configs.split(","):
     r = bench(name, args.dtype, args.tokens_per_device, args.length, args.steps,
-              args.peak_tflops)
+              args.peak_tflops, args.parallelism)
     mfu = "n/a (no peak known)" if r["mfu"] is None else f"{100 * r['mfu']:.1f}%"
     print(f"| {r['config']} | {r['dtype']} | {r['batch']} | {r['compile_s']:.1f} | "
           f"{r['step_s']:.3f} | {r['tokens_per_s']:.0f} | {r['tflops_per_s']:.3f} | {mfu} |",
@@ -118,7 +119,7 @@ def step_speed(args) -> None:
 # --- Old against new: the worker -------------------------------------------------------
 # Runs inside the checkout under test (PYTHONPATH), so it uses only what every
 # version has: configs.get_config, dataset.prepare / accum_steps / train_iterator,
-# and the pmapped update (`_pmapped_update`).
+# and the mapped update (`_mapped_update`).
 
 def worker(args) -> None:
   import jax  # pylint: disable=import-outside-toplevel
@@ -138,7 +139,7 @@ def worker(args) -> None:
   batches = [next(iterator) for _ in range(args.batches)]
   real = sum(int(np.count_nonzero(b["targets"])) for b in batches)
   padded = sum(int(b["targets"].size) for b in batches)
-  state, step, put_batch = _pmapped_update(model_cfg)
+  state, step, put_batch = _mapped_update(model_cfg, args.parallelism)
   key = jax.random.key(1)
   shapes = {}
   start = time.perf_counter()
@@ -149,7 +150,8 @@ def worker(args) -> None:
       jax.block_until_ready(metrics)
       shapes[shape] = batch["targets"].shape
   print(json.dumps({"ready": True, "shapes": sorted(set(shapes.values())),
-                    "compile_s": time.perf_counter() - start}), flush=True)
+                    "compile_s": time.perf_counter() - start, "jax": jax.__version__}),
+        flush=True)
   for line in sys.stdin:
     if line.strip() != "run":
       break
@@ -175,11 +177,13 @@ def _per_config(text: str, name: str, default: int) -> int:
 
 class _Worker:
   def __init__(self, label: str, root: str, config: str, tokens: int, batches: int,
-               workdir: str, cache_dir: str):
+               workdir: str, cache_dir: str, python: str, parallelism: str):
     env = {**os.environ, "PYTHONPATH": root, "JAX_COMPILATION_CACHE_DIR": cache_dir,
            "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0", "TF_CPP_MIN_LOG_LEVEL": "2"}
-    command = [sys.executable, os.path.abspath(__file__), "--worker", f"--config={config}",
+    command = [python, os.path.abspath(__file__), "--worker", f"--config={config}",
                f"--tokens_per_batch={tokens}", f"--batches={batches}", f"--workdir={workdir}"]
+    if parallelism != "pmap":   # an old checkout's worker may not know the flag
+      command.append(f"--parallelism={parallelism}")
     self.label = label
     self.process = subprocess.Popen(command, cwd=root, env=env, stdin=subprocess.PIPE,
                                     stdout=subprocess.PIPE, text=True)
@@ -211,11 +215,15 @@ def compare(args) -> None:
     tokens = _per_config(args.tokens_per_batch, name, 2048)
     batches = _per_config(args.batches, name, 12)
     workers = []
-    for label, root in (("old", old_root), ("new", _ROOT)):
+    sides = (("old", old_root, args.old_python or sys.executable,
+              args.old_parallelism or args.parallelism),
+             ("new", _ROOT, sys.executable, args.parallelism))
+    for label, root, python, parallelism in sides:
       workdir = os.path.join(args.workdir, label)
       workers.append(_Worker(label, root, name, tokens, batches, workdir,
-                             os.path.join(args.workdir, "jax_cache")))
-      print(f"{name} {label}: shapes {workers[-1].ready['shapes']}, compiled in "
+                             os.path.join(args.workdir, "jax_cache"), python, parallelism))
+      print(f"{name} {label}: {python} (jax {workers[-1].ready.get('jax', '?')}), "
+            f"{parallelism}, shapes {workers[-1].ready['shapes']}, compiled in "
             f"{workers[-1].ready['compile_s']:.0f} s", flush=True)
     best = {}
     for round_ in range(args.rounds):
@@ -262,6 +270,13 @@ def main() -> None:
   parser.add_argument("--steps", type=int, default=5)
   parser.add_argument("--peak_tflops", type=float, default=None)
   parser.add_argument("--compare", help="an older checkout to compare with (interleaved)")
+  parser.add_argument("--parallelism", default="pmap", choices=("pmap", "shard_map"),
+                      help="how the update maps over the devices (the new side's, with --compare)")
+  parser.add_argument("--old_python", default=None,
+                      help="--compare: the old side's interpreter (another JAX: --compare=. "
+                           "--old_python=OTHER compares two JAX versions on this code)")
+  parser.add_argument("--old_parallelism", default=None, choices=("pmap", "shard_map"),
+                      help="--compare: the old side's parallelism (default --parallelism)")
   parser.add_argument("--tokens_per_batch", default="demo:2048,base:4096",
                       help="per config, with --compare (name:tokens,...)")
   parser.add_argument("--batches", default="demo:24,base:6",
