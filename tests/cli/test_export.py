@@ -10,7 +10,7 @@ from t2t_jax.cli import export
 def test_missing_extras_give_one_line_telling_how_to_install(monkeypatch, tmp_path):
   monkeypatch.setitem(sys.modules, "transformers", None)   # import now raises ImportError
   monkeypatch.setitem(sys.modules, "ctranslate2", None)
-  with pytest.raises(SystemExit, match=r"^error: .*pip install -e \.\[export\]$"):
+  with pytest.raises(SystemExit, match=r"^error: .*pip install -e '\.\[export\]'$"):
     export.main(["--workdir", str(tmp_path), "--to", "ctranslate2", str(tmp_path / "ct2")])
 
 
