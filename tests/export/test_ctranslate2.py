@@ -77,8 +77,10 @@ def test_the_documented_recipe_gives_our_translations(extras, ours, trained_work
   for beam_size, expected in ((1, _ours(cfg, params, ids, 1)), (4, beam_4)):
     theirs = _recipe(extras["ctranslate2"], extras["transformers"], out, sources, beam_size,
                      limits)
-    same = sum(a == b for a, b in zip(expected, theirs))
-    assert same == len(sources), f"beam {beam_size}: {same}/{len(sources)} identical"
+    # Identical, or a near tie that CTranslate2's CPU kernels break the other way (seen
+    # once in 32 at beam 4 on a loaded 2-core VM, at 5cf34df too).
+    agreement.assert_same_or_tied((cfg, params, None, sources, ids, expected), theirs,
+                                  f"the recipe at beam {beam_size}")
 
 
 def test_random_parameters_give_our_translations(extras, trained_workdir, tmp_path):
