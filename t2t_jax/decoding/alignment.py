@@ -92,6 +92,10 @@ def encode_words(tokenizer: Any, text: str) -> tuple[list[int], list[int]]:
 
 def decode_words(tokenizer: Any, ids: Sequence[int]) -> tuple[str, list[int]]:
   """The text of `ids` (ids the SentencePiece model knows, no EOS) and each id's word in it."""
+  if len(ids) == 0:
+    # No ids, no text (an empty translation): sentencepiece 0.2.2 (GPU images) cannot make
+    # the proto of no ids (a TypeError from its own parser); 0.2.3 returns an empty one.
+    return "", []
   proto = _processor(tokenizer).decode([int(i) for i in ids], return_type="proto")
   spans = [(p.begin, p.end) for p in proto.pieces]
   return proto.text, word_of_pieces(proto.text, spans)
