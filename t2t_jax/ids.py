@@ -10,6 +10,8 @@ from typing import Iterable
 PAD_ID = 0
 EOS_ID = 1
 UNK_ID = 2
+# A lexical shortlist's padding entry (data/shortlist.py): no id, never a token.
+FILLER = -1
 
 
 def strip_eos(tokens: Iterable[int]) -> list[int]:

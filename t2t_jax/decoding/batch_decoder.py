@@ -24,6 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
+from t2t_jax.data import shortlist as shortlist_lib
 from t2t_jax.data.buckets import BUCKET_LENGTHS
 from t2t_jax.decoding import beam_search
 from t2t_jax.decoding import ensemble
@@ -40,16 +41,17 @@ def _members(models: tuple, params: tuple) -> list[ensemble.Member]:
   return [ensemble.Member(m, p) for m, p in zip(models, params)]
 
 
-def _decoder(models: tuple, params: tuple, inputs: Array, max_len: int,
-             cached: bool) -> tuple[Any, beam_search.StepFn]:
+def _decoder(models: tuple, params: tuple, inputs: Array, max_len: int, cached: bool,
+             shortlist: Optional[Array] = None) -> tuple[Any, beam_search.StepFn]:
   if cached:
-    return ensemble.init_decoder(_members(models, params), inputs, max_len)
+    return ensemble.init_decoder(_members(models, params), inputs, max_len, shortlist)
   return uncached.uncached_decoder(models[0], params[0], inputs, max_len)
 
 
-def _step_fn(models: tuple, params: tuple, cached: bool) -> beam_search.StepFn:
+def _step_fn(models: tuple, params: tuple, cached: bool,
+             shortlist: Optional[Array] = None) -> beam_search.StepFn:
   if cached:
-    return ensemble.step_function(_members(models, params))
+    return ensemble.step_function(_members(models, params), shortlist)
   return functools.partial(uncached.uncached_step, models[0], params[0])
 
 
@@ -68,10 +70,10 @@ def chunk_lengths(max_len: int) -> list[int]:
 
 @functools.partial(jax.jit, static_argnames=("models", "beam_size", "alpha", "max_len", "until",
                                              "n_best", "min_len", "cached"))
-def _start(params: tuple, inputs, max_lens, *, models: tuple, beam_size, alpha, max_len, until,
-           n_best, min_len, cached) -> beam_search.BeamState:
+def _start(params: tuple, inputs, max_lens, shortlist, *, models: tuple, beam_size, alpha,
+           max_len, until, n_best, min_len, cached) -> beam_search.BeamState:
   """The encoders, then the search's first chunk: positions below `until`."""
-  cache, step_fn = _decoder(models, params, inputs, max_len, cached)
+  cache, step_fn = _decoder(models, params, inputs, max_len, cached, shortlist)
   state = beam_search.beam_start(cache, beam_size=beam_size, max_len=max_len, max_lens=max_lens)
   return beam_search.beam_run(step_fn, state, until=until, alpha=alpha, n_best=n_best,
                               min_len=min_len)
@@ -79,10 +81,10 @@ def _start(params: tuple, inputs, max_lens, *, models: tuple, beam_size, alpha, 
 
 @functools.partial(jax.jit, static_argnames=("models", "alpha", "until", "n_best", "min_len",
                                              "cached"))
-def _run(params: tuple, state, *, models: tuple, alpha, until, n_best, min_len,
+def _run(params: tuple, state, shortlist, *, models: tuple, alpha, until, n_best, min_len,
          cached) -> beam_search.BeamState:
-  return beam_search.beam_run(_step_fn(models, params, cached), state, until=until, alpha=alpha,
-                              n_best=n_best, min_len=min_len)
+  return beam_search.beam_run(_step_fn(models, params, cached, shortlist), state, until=until,
+                              alpha=alpha, n_best=n_best, min_len=min_len)
 
 
 def _call(store: Optional[stored_programs.Store], fn, *args: Any, **static: Any):
@@ -93,8 +95,8 @@ def _call(store: Optional[stored_programs.Store], fn, *args: Any, **static: Any)
 def _beam_decode(params: tuple, inputs: Array, max_lens: Array, *, models: tuple,
                  beam_size: int, alpha: float, max_len: int, n_best: int, min_len: int,
                  cached: bool, every_chunk: bool = False,
-                 store: Optional[stored_programs.Store] = None
-                 ) -> tuple[np.ndarray, np.ndarray]:
+                 store: Optional[stored_programs.Store] = None,
+                 shortlist: Optional[Array] = None) -> tuple[np.ndarray, np.ndarray]:
   """`beam_search` in chunks of growing cache length (`chunk_lengths`), each a program of its own.
 
   Stops after the chunk where every sentence has stopped, so the programs for
@@ -102,15 +104,16 @@ def _beam_decode(params: tuple, inputs: Array, max_lens: Array, *, models: tuple
   (`every_chunk`: calls them all anyway, each returning at once once every
   sentence has stopped: compile_beam_programs). `models`: each member's
   `ModelConfig`, `params` theirs. `store`: where compiled programs are kept.
+  `shortlist` [size]: the batch's candidate ids (`shortlist.Shortlist.batch_ids`) or None.
   """
   chunks = chunk_lengths(max_len)
   settings = dict(models=models, alpha=alpha, n_best=n_best, min_len=min_len, cached=cached)
-  state = _call(store, _start, params, inputs, max_lens, beam_size=beam_size,
+  state = _call(store, _start, params, inputs, max_lens, shortlist, beam_size=beam_size,
                 max_len=max_len, until=chunks[0], **settings)
   for until in chunks[1:]:    # each chunk runs to its end unless every sentence stopped
     if not every_chunk and np.asarray(state.sentence_done).all():
       break
-    state = _call(store, _run, params, state, until=until, **settings)
+    state = _call(store, _run, params, state, shortlist, until=until, **settings)
   return np.asarray(state.done_seqs)[:, :n_best], np.asarray(state.done_score)[:, :n_best]
 
 
@@ -143,11 +146,11 @@ def compile_beam_programs(members: Sequence[ensemble.Member], rows: int, width: 
 
 @functools.partial(jax.jit, static_argnames=("models", "n", "temperature", "top_k", "max_len",
                                              "min_len"))
-def _sample(params: tuple, inputs: Array, max_lens: Array, keys: Array, *, models: tuple,
-            n: int, temperature: float, top_k: int, max_len: int, min_len: int):
+def _sample(params: tuple, inputs: Array, max_lens: Array, keys: Array, shortlist, *,
+            models: tuple, n: int, temperature: float, top_k: int, max_len: int, min_len: int):
   batch = inputs.shape[0]
   cache, step_fn = ensemble.init_decoder(_members(models, params),
-                                         jnp.repeat(inputs, n, axis=0), max_len)
+                                         jnp.repeat(inputs, n, axis=0), max_len, shortlist)
   tokens, scores = sampling.sample(step_fn, cache, keys.reshape(batch * n),
                                    max_len=max_len, max_lens=jnp.repeat(max_lens, n),
                                    temperature=temperature, top_k=top_k, min_len=min_len)
@@ -159,7 +162,8 @@ def _sample(params: tuple, inputs: Array, max_lens: Array, keys: Array, *, model
 
 def decode_batch(members: Sequence[ensemble.Member], inputs: Any, search: search_lib.Search,
                  ids: Optional[Sequence[int]] = None, *, cached: bool = True,
-                 store: Optional[stored_programs.Store] = None
+                 store: Optional[stored_programs.Store] = None,
+                 shortlist: Optional[shortlist_lib.Shortlist] = None
                  ) -> tuple[np.ndarray, np.ndarray]:
   """`search.n_best` outputs for each row of `inputs` [batch, src] (EOS-terminated, 0-padded).
 
@@ -171,7 +175,8 @@ def decode_batch(members: Sequence[ensemble.Member], inputs: Any, search: search
   NumPy tokens [batch, n, L] int32 (0 after EOS, L = the longest source + the
   extra, within every model's max_len) and scores [batch, n] float32, best first.
   `store`: compiled programs loaded from there, and what is compiled stored
-  (runtime/stored_programs.py).
+  (runtime/stored_programs.py). `shortlist`: a lexical shortlist (data/shortlist.py):
+  the outputs are picked among the batch's candidates only, normalised over them.
   """
   members = tuple(members)
   ensemble.check_compatible(members)
@@ -179,17 +184,23 @@ def decode_batch(members: Sequence[ensemble.Member], inputs: Any, search: search
                                                         search_lib.max_positions(members))
   if not cached and (search.sample or len(members) > 1):
     raise ValueError("cached=False (the uncached reference) decodes one model with beam search")
+  if not cached and shortlist is not None:
+    raise ValueError("cached=False (the uncached reference) decodes the whole vocabulary; "
+                     "drop the shortlist")
+  candidates = None if shortlist is None else jax.device_put(shortlist.batch_ids(inputs))
   models = tuple(m.cfg for m in members)
   params = tuple(m.params for m in members)
   if not search.sample:
     # device_put, not jnp.asarray: that compiles a copy program per shape.
     return _beam_decode(params, *jax.device_put((inputs, max_lens)), models=models,
                         beam_size=search.beam_size, alpha=float(search.alpha), max_len=max_len,
-                        n_best=search.n_best, min_len=search.min_len, cached=cached, store=store)
+                        n_best=search.n_best, min_len=search.min_len, cached=cached, store=store,
+                        shortlist=candidates)
   ids = np.arange(len(inputs)) if ids is None else np.asarray(ids)
   keys = sampling.row_keys(jax.random.key(search.seed), ids)           # [batch]
   keys = jax.vmap(lambda k: sampling.row_keys(k, np.arange(search.n_best)))(keys)
-  out = _call(store, _sample, params, inputs, max_lens, keys, models=models, n=search.n_best,
+  out = _call(store, _sample, params, inputs, max_lens, keys, candidates, models=models,
+              n=search.n_best,
               temperature=float(search.temperature), top_k=search.top_k, max_len=max_len,
               min_len=search.min_len)
   return np.asarray(out[0]), np.asarray(out[1])

@@ -17,7 +17,7 @@ from __future__ import annotations
 
 import functools
 import math
-from typing import Any, NamedTuple, Sequence
+from typing import Any, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -68,23 +68,27 @@ def check_compatible(members: Sequence[Member]) -> None:
                      "vocabulary")
 
 
-def step_function(members: Sequence[Member]) -> StepFn:
-  """The members' `decode_step`s as one step function: one model's own, or the ensemble's."""
+def step_function(members: Sequence[Member], shortlist: Optional[Array] = None) -> StepFn:
+  """The members' `decode_step`s as one step function: one model's own, or the ensemble's;
+  `shortlist` [size]: the ids their output projections are restricted to
+  (`transformer.decode_step`)."""
   check_compatible(members)
   layout = ops.logits_layout(len(members))
-  steps = [functools.partial(transformer.decode_step, m.cfg, m.params, logits_layout=layout)
+  steps = [functools.partial(transformer.decode_step, m.cfg, m.params, logits_layout=layout,
+                             shortlist=shortlist)
            for m in members]
   return steps[0] if len(members) == 1 else ensemble_step(steps)
 
 
-def init_decoder(members: Sequence[Member], inputs: Array,
-                 max_len: int) -> tuple[Any, StepFn]:
+def init_decoder(members: Sequence[Member], inputs: Array, max_len: int,
+                 shortlist: Optional[Array] = None) -> tuple[Any, StepFn]:
   """(cache, step_fn) for `inputs` [batch, src]: one model's own, or the ensemble's.
 
   Each model runs its encoder once and keeps its own incremental cache of
   `max_len` positions. One member gives exactly that model's cache and
   `decode_step` (no averaging), so a one-model ensemble is the model.
+  `shortlist`: as for `step_function`.
   """
-  step_fn = step_function(members)
+  step_fn = step_function(members, shortlist)
   caches = tuple(transformer.init_cache(m.cfg, m.params, inputs, max_len) for m in members)
   return (caches[0] if len(members) == 1 else caches), step_fn

@@ -11,7 +11,7 @@ from __future__ import annotations
 import jax
 import jax.numpy as jnp
 
-from t2t_jax.ids import PAD_ID
+from t2t_jax.ids import FILLER, PAD_ID
 from t2t_jax.kernels import ops
 from t2t_jax.kernels.logits import NEG_INF, Logits, VocabMajor, row_major
 
@@ -31,15 +31,24 @@ def best(logits: Logits, n: int) -> tuple[Array, Array]:
   The normaliser is computed over the whole vocabulary (padding included, as
   `log_probs` does) but only the n picked logits are normalised. Padding is
   never picked ahead of a real token; picked anyway (n above the real tokens),
-  it scores NEG_INF.
+  it scores NEG_INF. A shortlist's logits (`VocabMajor` with ids) are normalised
+  over its listed ids and picked among them; its FILLER rows count as padding.
   """
   vocab_major = isinstance(logits, VocabMajor)
   x = (logits.logits if vocab_major else logits).astype(jnp.float32)
+  ids = logits.ids if vocab_major else None
   axis = 0 if vocab_major else 1
+  if ids is not None:
+    x = jnp.where((ids == FILLER)[:, None], -jnp.inf, x)              # [size, rows]
   top = jnp.max(x, axis=axis)                                           # [rows]
   normaliser = jnp.log(jnp.sum(jnp.exp(x - jnp.expand_dims(top, axis)), axis=axis))
   # -inf only ever meets the subtractions below, never another infinity.
-  x = x.at[(PAD_ID, slice(None)) if vocab_major else (slice(None), PAD_ID)].set(-jnp.inf)
+  if ids is not None:
+    x = jnp.where((ids == PAD_ID)[:, None], -jnp.inf, x)
+  else:
+    x = x.at[(PAD_ID, slice(None)) if vocab_major else (slice(None), PAD_ID)].set(-jnp.inf)
   values, tokens = (ops.top_k_columns if vocab_major else ops.top_k)(x, min(n, x.shape[axis]))
   values = (values - top[:, None]) - normaliser[:, None]
+  if ids is not None:                                  # shortlist positions -> vocabulary ids
+    tokens = jnp.maximum(jnp.take(ids, tokens), PAD_ID)
   return jnp.where(tokens == PAD_ID, NEG_INF, values), tokens

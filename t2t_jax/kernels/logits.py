@@ -7,13 +7,24 @@ transposes its result (docs/benchmarks.md): one model's searches ask for it
 (`ops.logits_layout`) and read it in place through `t2t_jax.decoding.next_token`.
 `row_major` reads either back as [rows, vocab]. The model calls
 `ops.project_logits`, which runs the one asked for.
+
+A lexical shortlist (data/shortlist.py) projects onto a batch's listed rows of
+the weights only (`shortlist_kernel`): `VocabMajor` logits [size, rows] whose
+`ids` [size] name the vocabulary id of each row, ascending, with `FILLER` (-1)
+rows after them padding the size to a bucket. The searches pick in that space
+and read the ids back (decoding/next_token.py); `row_major` scatters the listed
+logits into a [rows, vocab] array whose other entries are NEG_INF.
 """
 
 from __future__ import annotations
 
+from typing import Optional
+
 import flax.struct
 import jax
 import jax.numpy as jnp
+
+from t2t_jax.ids import FILLER
 
 Array = jax.Array
 
@@ -26,10 +37,17 @@ NEG_INF = -1e9
 LAYOUTS = ("row_major", "vocab_major")
 
 
+
 @flax.struct.dataclass
 class VocabMajor:
-  """Logits [vocab, rows] (rows last), as a step function may return them."""
+  """Logits [vocab, rows] (rows last), as a step function may return them.
+
+  With a shortlist, logits [size, rows] for the vocabulary ids `ids` [size]
+  (ascending, then FILLER rows) of a vocabulary of `vocab` ids.
+  """
   logits: Array
+  ids: Optional[Array] = None
+  vocab: int = flax.struct.field(pytree_node=False, default=0)
 
 
 Logits = Array | VocabMajor
@@ -48,6 +66,19 @@ def vocab_major_projection(hidden: Array, kernel: Array) -> VocabMajor:
   return VocabMajor(jnp.einsum("vd,rd->vr", kernel, hidden, preferred_element_type=jnp.float32))
 
 
+def shortlist_kernel(kernel: Array, ids: Array) -> Array:
+  """The pre-softmax weights' rows [size, d_model] of the shortlist `ids` [size] (FILLER: zeros)."""
+  return jnp.take(kernel, ids, axis=0, mode="fill", fill_value=0)
+
+
 def row_major(logits: Logits) -> Array:
-  """The logits [rows, vocab], whichever layout the step function gave."""
-  return logits.logits.T if isinstance(logits, VocabMajor) else logits
+  """The logits [rows, vocab], whichever layout the step function gave; a shortlist's
+  ids outside it at NEG_INF."""
+  if not isinstance(logits, VocabMajor):
+    return logits
+  if logits.ids is None:
+    return logits.logits.T
+  rows = logits.logits.shape[1]
+  at = jnp.where(logits.ids == FILLER, logits.vocab, logits.ids)      # filler: out of range
+  full = jnp.full((rows, logits.vocab), NEG_INF, jnp.float32)
+  return full.at[:, at].set(logits.logits.T.astype(jnp.float32), mode="drop")

@@ -11,7 +11,8 @@ its reference in its own module of this package (tests hold them equal):
   dropout     reference `dropout.threefry_dropout`; kernel `dropout.hash_dropout`;
               by the config's `dropout_generator`
   logits      reference `logits.projection`; kernel `logits.vocab_major_projection`;
-              by the layout a search asks for (`logits_layout`)
+              by the layout a search asks for (`logits_layout`); onto a shortlist's
+              rows only when a search gives one
   top-k       reference `jax.lax.top_k`; kernels `topk.blocked_top_k(_columns)`;
               by the platform the program is lowered for
 """
@@ -179,14 +180,23 @@ def logits_layout(models: int) -> str:
   return "vocab_major" if models == 1 else "row_major"
 
 
-def project_logits(hidden: Array, kernel: Array, layout: str = "row_major") -> logits_lib.Logits:
+def project_logits(hidden: Array, kernel: Array, layout: str = "row_major",
+                   shortlist: Optional[Array] = None) -> logits_lib.Logits:
   """The output projection of hidden [..., d_model] by the pre-softmax weights [vocab, d_model].
 
   "row_major": logits [..., vocab]; "vocab_major" (hidden [rows, d_model] only):
   `logits.VocabMajor` [vocab, rows]. Operands in hidden's dtype, logits float32.
+  `shortlist` [size] (hidden [rows, d_model] only): only those rows of the weights
+  are multiplied (`logits.shortlist_kernel`); "vocab_major" gives `VocabMajor`
+  [size, rows] with the ids, "row_major" [rows, vocab] with the others at NEG_INF.
   """
   if layout not in logits_lib.LAYOUTS:
     raise ValueError(f"logits layout {layout!r} is not one of {logits_lib.LAYOUTS}")
+  if shortlist is not None:
+    listed = logits_lib.vocab_major_projection(
+        hidden, logits_lib.shortlist_kernel(kernel, shortlist))
+    listed = logits_lib.VocabMajor(listed.logits, shortlist, kernel.shape[0])
+    return listed if layout == "vocab_major" else logits_lib.row_major(listed)
   if layout == "vocab_major":
     return logits_lib.vocab_major_projection(hidden, kernel)
   return logits_lib.projection(hidden, kernel)

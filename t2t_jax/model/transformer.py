@@ -218,7 +218,8 @@ class Transformer(nn.Module):
                 jnp.zeros((inputs.shape[0], max_decode_len), jnp.int32))}
 
   def decode_step(self, cache: Cache, tokens: Array, position: Array,
-                  logits_layout: str = "row_major") -> tuple[logits_lib.Logits, Cache]:
+                  logits_layout: str = "row_major",
+                  shortlist: Optional[Array] = None) -> tuple[logits_lib.Logits, Cache]:
     """tokens [rows] at scalar `position` -> next-token logits, cache (`decode_step` below)."""
     sentence = cache["sentence"].value
     max_decode_len = cache["stored_in"].value.shape[1]
@@ -233,7 +234,7 @@ class Transformer(nn.Module):
     cross_bias = masks.mask_to_bias(sentence["source_ids"] != PAD_ID)[:, None, None, :]
     y, self_caches = self.decoder.step(y, cache["self"], sentence["cross"], position, holds,
                                        self_bias, cross_bias)
-    logits = ops.project_logits(y[:, 0], self._output_kernel(), logits_layout)
+    logits = ops.project_logits(y[:, 0], self._output_kernel(), logits_layout, shortlist)
     return logits, {**cache, "self": self_caches,
                     "stored_in": cache["stored_in"].replace(value=stored_in)}
 
@@ -264,7 +265,8 @@ def init_cache(cfg: ModelConfig, params: Any, inputs: Array, max_decode_len: int
 
 
 def decode_step(cfg: ModelConfig, params: Any, cache: Cache, tokens: Array, position: Array,
-                logits_layout: str = "row_major") -> tuple[logits_lib.Logits, Cache]:
+                logits_layout: str = "row_major",
+                shortlist: Optional[Array] = None) -> tuple[logits_lib.Logits, Cache]:
   """One decoder position: logits [rows, vocab] float32 for output token `position`.
 
   `tokens` [rows] is the decoder input at `position`: the previous output token,
@@ -274,10 +276,12 @@ def decode_step(cfg: ModelConfig, params: Any, cache: Cache, tokens: Array, posi
   below the "self" buffer's length; larger values are clamped by
   `dynamic_update_slice`, not reported. `logits_layout` "vocab_major": the logits
   as `logits.VocabMajor` [vocab, rows], which one model's searches read faster
-  (kernels/logits.py).
+  (kernels/logits.py). `shortlist` [size]: ascending vocabulary ids (then
+  `logits.FILLER`), the only rows of the output projection computed
+  (`ops.project_logits`).
   """
   return Transformer(cfg).apply({"params": params}, cache, tokens, jnp.asarray(position, jnp.int32),
-                                logits_layout, method=Transformer.decode_step)
+                                logits_layout, shortlist, method=Transformer.decode_step)
 
 
 def attention_weights(params: Any) -> dict[str, list[dict[str, dict[str, Array]]]]:

@@ -13,11 +13,14 @@ from jax import monitoring
 
 import tiny
 from formats import check_well_formed
+from t2t_jax.data import shortlist as shortlist_lib
 from t2t_jax.decoding import alignment
 from t2t_jax.decoding import beam_search
 from t2t_jax.decoding import ensemble
 from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import search as search_lib
+from t2t_jax.ids import EOS_ID, FILLER, PAD_ID
+from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.model import transformer
 from t2t_jax.runtime import stored_programs
 
@@ -166,3 +169,80 @@ def test_stored_programs_decode_as_compiled_ones_and_are_loaded_not_compiled(mem
     np.testing.assert_allclose(got[1], scores, rtol=1e-6)
   assert (second.compiled, second.loaded) == (0, 4)
   assert traced and not {"_start", "_run", "_sample"} & set(traced), traced
+
+
+# ------------------------------------------------------------------ shortlists
+
+
+def _beam(step_fn, cache, max_len, max_lens=None):
+  return jax.jit(functools.partial(beam_search.beam_search, step_fn, beam_size=TINY.beam_size,
+                                   alpha=TINY.alpha, max_len=max_len, n_best=2))(
+                                       cache, max_lens=max_lens)
+
+
+def _masked_step(member, listed):
+  """The whole vocabulary's step with every id outside `listed` masked: the reference."""
+  full = ensemble.step_function([member])
+  keep = jnp.asarray(np.isin(np.arange(TINY.vocab_size), listed))
+
+  def step(cache, tokens, position):
+    logits, cache = full(cache, tokens, position)
+    return jnp.where(keep, logits_lib.row_major(logits), -jnp.inf), cache
+  return step
+
+
+def test_a_shortlist_of_every_id_searches_as_the_whole_vocabulary(member):
+  inputs = _inputs(4, [7, 3, 5, 6])
+  cache, full = ensemble.init_decoder([member], inputs, 12)
+  everything = ensemble.step_function([member], jnp.arange(TINY.vocab_size, dtype=jnp.int32))
+  want, got = _beam(full, cache, 12), _beam(everything, cache, 12)
+  np.testing.assert_array_equal(got[0], want[0])
+  np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_a_shortlist_searches_as_the_whole_vocabulary_with_the_others_masked(member):
+  inputs = _inputs(5, [7, 3, 5, 6])
+  cache, _ = ensemble.init_decoder([member], inputs, 12)
+  rng = np.random.default_rng(0)
+  for listed in (np.arange(1, TINY.vocab_size),                     # all but padding
+                 np.sort(rng.choice(np.arange(3, TINY.vocab_size), 9, replace=False))):
+    listed = np.union1d(listed, shortlist_lib.ALWAYS).astype(np.int32)
+    ids = np.concatenate([listed, np.full(4, FILLER, np.int32)])    # filler rows too
+    want = _beam(_masked_step(member, listed), cache, 12)
+    got = _beam(ensemble.step_function([member], jnp.asarray(ids)), cache, 12)
+    np.testing.assert_array_equal(got[0], want[0])
+    np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
+    assert set(np.unique(got[0])) <= {PAD_ID, *listed}
+
+
+def _table(per_source, frequent=()):
+  """A Shortlist over TINY's vocabulary from {source id: [target ids]}."""
+  width = max([len(v) for v in per_source.values()] + [1])
+  table = np.full((TINY.vocab_size, width), FILLER, np.int32)
+  for source, targets in per_source.items():
+    table[source, :len(targets)] = targets
+  return shortlist_lib.Shortlist(table, np.asarray(frequent, np.int32))
+
+
+def test_decode_batch_picks_among_the_batch_candidates_only(member):
+  inputs = _inputs(6, [7, 3, 5, 6])
+  search = search_lib.Search.from_config(TINY, n_best=2)
+  sources = sorted(set(np.unique(inputs)) - {PAD_ID, EOS_ID})
+  table = _table({s: [(s * 7) % 21 + 3] for s in sources}, frequent=[5, 9])
+  listed = table.candidates(inputs)
+  assert EOS_ID in listed and PAD_ID not in listed
+  assert len(table.batch_ids(inputs)) > len(listed)                # padded with filler
+  tokens, scores = batch_decoder.decode_batch([member], inputs, search, shortlist=table)
+  assert set(np.unique(tokens)) <= {PAD_ID, *listed}
+  _, max_len, max_lens = search_lib.checked_limits(inputs, search, TINY.max_len)
+  cache, _ = ensemble.init_decoder([member], inputs, max_len)
+  want = _beam(_masked_step(member, listed), cache, max_len, max_lens)
+  np.testing.assert_array_equal(tokens, want[0])
+  np.testing.assert_allclose(scores, want[1], rtol=1e-5)
+  # Sampling and ensembles read the shortlist's logits row-major.
+  for members, settings in (([member], dict(sample=True, n_best=2)), ([member, member], {})):
+    tokens, _ = batch_decoder.decode_batch(members, inputs, search_lib.Search.from_config(
+        TINY, **settings), shortlist=table)
+    assert set(np.unique(tokens)) <= {PAD_ID, *listed}
+  with pytest.raises(ValueError, match="shortlist"):
+    batch_decoder.decode_batch([member], inputs, search, cached=False, shortlist=table)
