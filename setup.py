@@ -41,6 +41,7 @@ setuptools.setup(
             "t2t-export=t2t_jax.cli.export:main.console",
             "t2t-compile=t2t_jax.cli.compile:main.console",
             "t2t-serve=t2t_jax.cli.serve:main.console",
+            "t2t-shortlist=t2t_jax.cli.shortlist:main.console",
         ],
     },
 )

@@ -2,4 +2,4 @@
 
 # Its public modules (any other module is a part of these).
 __all__ = ["average", "bleu", "compile", "constituency_parsing", "export", "flags", "serve",
-           "table3", "train", "translate"]
+           "shortlist", "table3", "train", "translate"]

@@ -154,6 +154,9 @@ def _parser(cfg: Optional[configs.TransformerConfig] = None) -> argparse.Argumen
   speed.add_argument("--device", choices=platform.PLATFORMS,
                      help="compute on this kind of device (default: JAX's choice, an "
                           "accelerator when there is one)")
+  speed.add_argument("--shortlist", action="store_true",
+                     help="pick each batch's outputs among the candidates of the work "
+                          "directory's lexical shortlist (built by t2t-shortlist)")
   speed.add_argument("--dtype", choices=("float32", "bfloat16"),
                      help="compute dtype (parameters stay float32); "
                           + flags.config_default(cfg, "dtype"))
@@ -221,7 +224,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   compile_cache.enable()  # before anything compiles; T2T_JAX_COMPILATION_CACHE=off disables
   translator = inference.Translator(args.workdir, average=args.average, ensemble=args.ensemble,
                                     dtype=args.dtype, programs=args.programs or args.store_programs,
-                                    **_search_settings(args))
+                                    shortlist=args.shortlist, **_search_settings(args))
   if args.store_programs:
     count = translator.store_programs()
     log.info("%d decoding programs in %s (%d loaded, %d compiled)", count,

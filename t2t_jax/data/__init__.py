@@ -4,4 +4,4 @@
 """
 
 # Its public modules (any other module is a part of these).
-__all__ = ["buckets", "dataset", "demo", "packing", "textio", "vocab"]
+__all__ = ["buckets", "dataset", "demo", "packing", "shortlist", "textio", "vocab"]

@@ -40,7 +40,7 @@ from t2t_jax.data import vocab as vocab_lib
 from t2t_jax.ids import EOS_ID, FILLER, PAD_ID, UNK_ID
 
 FILE = pathlib.Path("vocab") / "shortlist.npz"   # in a work directory
-BUILD = "t2t-shortlist --workdir WORKDIR --train SRC,TGT"
+BUILD = "t2t-shortlist --workdir {workdir} [--train SRC,TGT]"
 PER_SOURCE = 100
 FREQUENT = 100
 # Always candidates: the end of a sentence and the unknown piece (CTranslate2's fixed ones).
@@ -187,17 +187,20 @@ def save(table: Shortlist, path: str | os.PathLike) -> pathlib.Path:
 
 
 def load(path: str | os.PathLike, tokenizer: Optional[vocab_lib.Tokenizer] = None) -> Shortlist:
-  """The table at `path`; FileNotFoundError (saying how to build one) when there is none,
+  """The table at `path` (a work directory's `FILE`); FileNotFoundError (saying how to build
+  one) when there is none,
   ValueError when it was built with another SentencePiece model than `tokenizer`'s."""
   path = pathlib.Path(path)
   if not path.is_file():
-    raise FileNotFoundError(f"no shortlist at {path}: build one with {BUILD}")
+    raise FileNotFoundError(f"no shortlist at {path}: build one with "
+                            + BUILD.format(workdir=path.parent.parent))
   with np.load(path) as f:
     table = Shortlist(f["per_source"].astype(np.int32), f["frequent"].astype(np.int32),
                       str(f["spm_sha256"]))
   if tokenizer is not None and table.spm_sha256 != spm_sha256(tokenizer.model_path):
     raise ValueError(f"{path} was built with another SentencePiece model than "
-                     f"{tokenizer.model_path}: build it again with {BUILD}")
+                     f"{tokenizer.model_path}: build it again with "
+                     + BUILD.format(workdir=path.parent.parent))
   return table
 
 

@@ -35,6 +35,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
+from t2t_jax.data import shortlist as shortlist_lib
 from t2t_jax.data import vocab
 from t2t_jax.decoding import alignment
 from t2t_jax.decoding import ensemble
@@ -144,13 +145,15 @@ def _translate_batch(members: Sequence[ensemble.Member], tokenizer: vocab.Tokeni
                      words: Sequence[Optional[list[int]]], search: search_lib.Search,
                      batch_size: int, aligned: Optional[Alignments],
                      shape: Optional[Shape],
-                     store: Optional[stored_programs.Store]) -> list[list[Hypothesis]]:
+                     store: Optional[stored_programs.Store],
+                     shortlist: Optional[shortlist_lib.Shortlist]) -> list[list[Hypothesis]]:
   inputs = (shape(sources) if shape is not None
             else sentence_batches.source_rows(sources, batch_size,
                                               search_lib.max_positions(members)))
   ids = np.zeros(len(inputs), np.int64)
   ids[:len(indices)] = indices
-  tokens, scores = batch_decoder.decode_batch(members, inputs, search, ids=ids, store=store)
+  tokens, scores = batch_decoder.decode_batch(members, inputs, search, ids=ids, store=store,
+                                              shortlist=shortlist)
   outputs = [[strip_eos(tokens[b, n]) for n in range(tokens.shape[1])]
              for b in range(len(sources))]
   if aligned is None:
@@ -172,14 +175,15 @@ def _translate_window(members, tokenizer, numbered: Sequence[tuple[int, str]], *
                       search: search_lib.Search, batch_size: int, aligned: Optional[Alignments],
                       in_flight: int, warn: Callable[[str], None],
                       shape: Optional[Shape],
-                      store: Optional[stored_programs.Store]) -> list[Translation]:
+                      store: Optional[stored_programs.Store],
+                      shortlist: Optional[shortlist_lib.Shortlist]) -> list[Translation]:
   limit = search_lib.max_positions(members) - 1
   indices, lines = [index for index, _ in numbered], [line for _, line in numbered]
   encoded = [encode_line(tokenizer, line, limit, indices[k] + 1, warn, aligned is not None)
              for k, line in enumerate(lines)]
   translate = lambda chunk: _translate_batch(
       members, tokenizer, [indices[k] for k in chunk], [encoded[k][0] for k in chunk],
-      [encoded[k][1] for k in chunk], search, batch_size, aligned, shape, store)
+      [encoded[k][1] for k in chunk], search, batch_size, aligned, shape, store, shortlist)
   lengths = [len(ids) for ids, _ in encoded]
   found = sentence_batches.by_length(translate, lengths, batch_size=batch_size,
                                      in_flight=in_flight,
@@ -196,7 +200,8 @@ def stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
            long_inputs: str = long_inputs_lib.DEFAULT, grouped: bool = False,
            warn: Callable[[str], None] = log.warning,
            shape: Optional[Shape] = None,
-           store: Optional[stored_programs.Store] = None) -> Iterator[Translation]:
+           store: Optional[stored_programs.Store] = None,
+           shortlist: Optional[shortlist_lib.Shortlist] = None) -> Iterator[Translation]:
   """One `Translation` per line of `lines`, in input order, `window` lines at a time.
 
   `window` (default 16 batches) bounds the lines held in memory; larger windows
@@ -209,6 +214,7 @@ def stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
   makes a batch's id rows (default `sentence_batches.source_rows`): a server
   pads into the shapes it has compiled.
   `store`: compiled decoding programs kept there (runtime/stored_programs.py).
+  `shortlist`: outputs picked among each batch's candidates (data/shortlist.py).
   """
   members = tuple(members)
   if batch_size < 1:
@@ -227,7 +233,7 @@ def stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
   return fitted.join(_translate_groups(
       members, tokenizer, groups, window=window, fitted=fitted, search=search,
       batch_size=batch_size, aligned=alignments, in_flight=in_flight, warn=warn, shape=shape,
-      store=store))
+      store=store, shortlist=shortlist))
 
 
 def _windows(lines: Iterator[str], window: int) -> Iterator[list[str]]:

@@ -36,6 +36,7 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from t2t_jax import configs
 from t2t_jax.data import buckets
+from t2t_jax.data import shortlist as shortlist_lib
 from t2t_jax.data import vocab
 from t2t_jax.decoding import ensemble
 from t2t_jax.decoding import in_flight as in_flight_lib
@@ -100,7 +101,7 @@ class Translator:
 
   def __init__(self, workdir: str | os.PathLike, average: bool = True,
                ensemble: Sequence[str | os.PathLike] = (), dtype: Optional[str] = None,
-               programs: bool = False, **overrides: Any):
+               programs: bool = False, shortlist: bool = False, **overrides: Any):
     """`workdir`: a work directory or a checkpoint in one; `ensemble`: more of them.
 
     `average`: a work directory's averaged params if present (else its latest
@@ -110,7 +111,9 @@ class Translator:
     `programs`: compiled decoding programs are loaded from the work directory's
     `programs/` and what is compiled is stored there (`self.programs`,
     `programs_directory`; runtime/stored_programs.py), else (the default)
-    compiled in each process.
+    compiled in each process. `shortlist`: each batch's outputs are picked among
+    the candidates of the work directory's lexical shortlist (data/shortlist.py,
+    built by `t2t-shortlist`), normalised over them.
     """
     same = {} if dtype is None else {"dtype": dtype}
     self.cfg, first, tokenizer = load_model(workdir, average, **overrides, **same)
@@ -121,6 +124,9 @@ class Translator:
       members.append(member)
     store = stored_programs.Store(programs_directory(workdir)) if programs else None
     self._hold(self.cfg, members, tokenizer, store)
+    if shortlist:
+      self.shortlist = shortlist_lib.workdir_table(
+          averaging.checkpoint_workdir(workdir) or workdir, tokenizer)
 
   @classmethod
   def from_params(cls, cfg: configs.TransformerConfig, params: Params,
@@ -138,6 +144,7 @@ class Translator:
     self.cfg, self.members, self.tokenizer = cfg, members, tokenizer
     self.params = members[0].params
     self.programs = programs
+    self.shortlist: Optional[shortlist_lib.Shortlist] = None
 
   def translate(self, lines: Sequence[str], **settings: Any) -> list[str]:
     """The best translation of each line; `settings` as for `translate_stream`."""
@@ -182,7 +189,7 @@ class Translator:
         batch_size=batch_size or self.cfg.decode_batch_size, window=window,
         alignments=alignments or None, in_flight=in_flight, long_inputs=long_inputs,
         grouped=grouped, warn=warn, shape=shape,
-        store=self.programs)
+        store=self.programs, shortlist=self.shortlist)
 
   def store_programs(self, rows: Optional[Sequence[int]] = None,
                      widths: Optional[Sequence[int]] = None) -> int:

@@ -1,0 +1,60 @@
+"""`t2t-shortlist`: build a work directory's lexical shortlist from parallel training text.
+
+    t2t-shortlist --workdir runs/base                       # the run's own training data
+    t2t-shortlist --workdir runs/base --train train.en,train.de --per_source 100 --frequent 100
+
+Writes WORKDIR/vocab/shortlist.npz: for each source piece its --per_source most
+associated target pieces (Dice coefficient of the sentence pairs holding both),
+and the --frequent most frequent target pieces, in the work directory's
+SentencePiece ids. `t2t-translate --shortlist` and `t2t-serve --shortlist` then
+pick each batch's outputs among those candidates, as Marian's --shortlist and
+CTranslate2's vocabulary map do; `t2t-export --to ctranslate2` writes it as the
+model's vmap.txt. The library behind it: t2t_jax/data/shortlist.py; docs/translating.md.
+"""
+
+from __future__ import annotations
+
+import logging
+import pathlib
+import time
+from typing import Optional, Sequence
+
+from t2t_jax.cli import exits
+from t2t_jax.cli import flags
+from t2t_jax.data import shortlist
+from t2t_jax.data import sources
+from t2t_jax.data import vocab
+from t2t_jax.runtime import workdir as workdir_lib
+
+log = logging.getLogger(__name__)
+
+
+@exits.command
+def main(argv: Optional[Sequence[str]] = None) -> None:
+  parser = flags.parser("t2t-shortlist", __doc__)
+  parser.add_argument("--workdir", required=True, help="the training run's work directory")
+  parser.add_argument("--train", metavar="SRC,TGT",
+                      help="parallel text: 'source_path,target_path' (line-aligned) or one .tsv "
+                           "(default: the run's own training data)")
+  parser.add_argument("--per_source", type=int, default=shortlist.PER_SOURCE,
+                      help=f"candidates per source piece (default {shortlist.PER_SOURCE})")
+  parser.add_argument("--frequent", type=int, default=shortlist.FREQUENT,
+                      help="most frequent target pieces, candidates of every batch "
+                           f"(default {shortlist.FREQUENT})")
+  args = parser.parse_args(argv)
+  workdir = pathlib.Path(args.workdir)
+  if not (workdir / "vocab" / "spm.model").is_file():
+    raise FileNotFoundError(f"{workdir / 'vocab' / 'spm.model'} not found: "
+                            f"{workdir_lib.TRAIN_FIRST}")
+  tokenizer = vocab.load(str(workdir / "vocab"))
+  pairs = (sources.read_pairs(args.train) if args.train else
+           sources.get_source(workdir_lib.load_config(workdir), str(workdir)).train())
+  start = time.time()
+  table = shortlist.build(tokenizer, pairs, per_source=args.per_source, frequent=args.frequent)
+  path = shortlist.save(table, workdir / shortlist.FILE)
+  log.info("Wrote %s (%d pairs, %d per source, %d frequent) in %.1f s", path, len(pairs),
+           args.per_source, len(table.frequent), time.time() - start)
+
+
+if __name__ == "__main__":
+  main()
