@@ -29,6 +29,8 @@ import numpy as np
 
 from t2t_jax import configs
 from t2t_jax import ids
+from t2t_jax.data import shortlist as shortlist_lib
+from t2t_jax.data import vocab
 from t2t_jax.export import huggingface
 from t2t_jax.export import loading
 from t2t_jax.export import weights as weights_lib
@@ -41,6 +43,8 @@ log = logging.getLogger(__name__)
 PAD_LOGIT_BIAS = -1e4
 USAGE = ("pass each line's pieces ending with </s>, as MarianTokenizer gives them: "
          "tokenizer.convert_ids_to_tokens(tokenizer.encode(line))")
+# CTranslate2's vocabulary map file in a model directory (read with use_vmap=True).
+VMAP = "vmap.txt"
 
 
 def position_table(length: int, d_model: int) -> np.ndarray:
@@ -122,26 +126,39 @@ def save_ctranslate2(spec: Any, out_dir: str | os.PathLike, quantization: Option
 
 def write_ctranslate2(cfg: configs.TransformerConfig, params: Any, spm_path: str,
                       out_dir: str | os.PathLike, quantization: Optional[str] = None,
-                      force: bool = False) -> pathlib.Path:
+                      force: bool = False,
+                      shortlist: Optional[shortlist_lib.Shortlist] = None) -> pathlib.Path:
   """The model directory, with the tokenizer that makes its source pieces beside it.
 
   MarianTokenizer's files (export/huggingface.py `write_tokenizer`) and our
   SentencePiece model as `spm.model` (`sp.encode(line, out_type=str) + ["</s>"]`).
+  `shortlist`: written as the model's vocabulary map (`VMAP`), which
+  `translate_batch(..., use_vmap=True)` reads.
   """
-  spec = ctranslate2_spec(cfg, params, loading.vocabulary(spm_path, cfg.vocab_size))
+  tokens = loading.vocabulary(spm_path, cfg.vocab_size)
+  spec = ctranslate2_spec(cfg, params, tokens)
   out_dir = save_ctranslate2(spec, out_dir, quantization, force)
   huggingface.write_tokenizer(cfg, spm_path, out_dir)
   shutil.copyfile(spm_path, out_dir / "spm.model")
+  if shortlist is not None:
+    (out_dir / VMAP).write_text(shortlist_lib.vocabulary_map(shortlist, tokens), "utf-8")
   return out_dir
 
 
 def export_ctranslate2(workdir: str | os.PathLike, out_dir: str | os.PathLike,
                        average: bool = True, quantization: Optional[str] = None,
                        force: bool = False) -> pathlib.Path:
-  """Writes a CTranslate2 model directory (`quantization`: None, "int8", ...); returns its path."""
+  """Writes a CTranslate2 model directory (`quantization`: None, "int8", ...); returns its path.
+
+  The work directory's lexical shortlist, when it has one (`t2t-shortlist`), becomes
+  the model's vocabulary map (`VMAP`).
+  """
   loading.require("ctranslate2")
   loading.require("transformers")
   cfg, params, spm_path = loading.load_workdir(workdir, average)
-  out_dir = write_ctranslate2(cfg, params, spm_path, out_dir, quantization, force)
+  table_path = pathlib.Path(workdir) / shortlist_lib.FILE
+  table = (shortlist_lib.load(table_path, vocab.Tokenizer(spm_path)) if table_path.is_file()
+           else None)
+  out_dir = write_ctranslate2(cfg, params, spm_path, out_dir, quantization, force, table)
   log.info("Wrote a CTranslate2 model to %s; %s", out_dir, USAGE)
   return out_dir

@@ -77,7 +77,7 @@ def marian_generate(marian: Any, sources: Sequence[Sequence[int]], limits: Seque
 def ctranslate2_translate(translator: Any, tokens: Sequence[str], sources: Sequence[Sequence[int]],
                           limits: Sequence[int], *, beam_size: int, length_penalty: float = 0.0,
                           batch_size: int = 64, min_length: bool = False,
-                          min_len: int = beam_search.MIN_LEN
+                          min_len: int = beam_search.MIN_LEN, use_vmap: bool = False
                           ) -> tuple[list[list[int]], list[float]]:
   """`translator.translate_batch` beam search; scores are CTranslate2's (log P / |Y|^penalty).
 
@@ -85,7 +85,8 @@ def ctranslate2_translate(translator: Any, tokens: Sequence[str], sources: Seque
   go in with their </s>, as MarianTokenizer makes them (export/ctranslate2.py). EOS comes
   after at least `min_len` tokens, as ours (CTranslate2's min_decoding_length); `min_length=True`
   forbids it before each batch's limit, so that every output has that length
-  (for timing an untrained model).
+  (for timing an untrained model). `use_vmap`: each batch's outputs among the
+  candidates of the model's vocabulary map (export/ctranslate2.py `VMAP`).
   """
   ids = {token: i for i, token in enumerate(tokens)}
   outputs: list[list[int]] = [[] for _ in sources]
@@ -95,7 +96,7 @@ def ctranslate2_translate(translator: Any, tokens: Sequence[str], sources: Seque
     results = translator.translate_batch(
         pieces, beam_size=beam_size, length_penalty=length_penalty, max_decoding_length=limit,
         min_decoding_length=limit if min_length else min_len, return_scores=True,
-        max_batch_size=batch_size)
+        max_batch_size=batch_size, use_vmap=use_vmap)
     for i, result in zip(group, results):
       outputs[i] = [ids[p] for p in result.hypotheses[0]]
       scores[i] = result.scores[0]

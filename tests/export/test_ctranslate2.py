@@ -14,10 +14,16 @@ import pytest
 
 from export import agreement
 import trained
+from t2t_jax.data import demo
+from t2t_jax.data import shortlist
+from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import beam_search
+from t2t_jax.decoding import ensemble
+from t2t_jax.decoding import search as search_lib
 from t2t_jax.export import ctranslate2 as ctranslate2_lib
 from t2t_jax.export import exported_search
 from t2t_jax.export import loading
+from t2t_jax.ids import strip_eos
 from t2t_jax.inference import sentence_batches
 from t2t_jax.model import transformer
 
@@ -99,3 +105,33 @@ def test_random_parameters_give_our_translations(extras, trained_workdir, tmp_pa
   # Near-ties abound in an untrained model, and CTranslate2 renormalises each
   # step without <pad> where we do not: its search can keep another hypothesis.
   assert same >= len(texts) - 2, f"beam 4: {same}/{len(texts)} identical"
+
+
+def test_the_shortlist_is_ctranslate2s_vocabulary_map(extras, ours, trained_workdir, tmp_path):
+  """With use_vmap=True CTranslate2 picks among the same candidates as our --shortlist."""
+  cfg, params, tokenizer, _, ids, _ = ours
+  pairs = demo.generate(2000, seed=5, min_words=3, max_words=9)
+  table = shortlist.build(tokenizer, pairs, per_source=2, frequent=4)   # tight: it restricts
+  shortlist.save(table, tmp_path / "run" / shortlist.FILE)
+  inputs = agreement.padded(ids)
+  listed = set(table.candidates(inputs))
+  search = search_lib.Search(beam_size=4, alpha=0.0)
+  member = ensemble.Member(cfg.model, params)
+  full, _ = batch_decoder.decode_batch([member], inputs, search)
+  assert any(set(row[0]) - listed - {0} for row in full)     # the shortlist changes something
+  mine, _ = batch_decoder.decode_batch([member], inputs, search, shortlist=table)
+  mine = [strip_eos(row[0]) for row in mine]
+
+  spm_path = str(trained_workdir / "vocab" / "spm.model")
+  out = ctranslate2_lib.write_ctranslate2(cfg, params, spm_path, tmp_path / "ct2",
+                                          shortlist=table)
+  assert (out / ctranslate2_lib.VMAP).is_file()
+  translator = extras["ctranslate2"].Translator(str(out), device="cpu", intra_threads=1)
+  tokens = loading.vocabulary(spm_path, cfg.vocab_size)
+  limit = search_lib.checked_limits(inputs, search, cfg.max_len)[1]
+  theirs, _ = exported_search.ctranslate2_translate(   # one batch: one union, as ours
+      translator, tokens, ids, [limit] * len(ids), beam_size=4, batch_size=len(ids),
+      use_vmap=True)
+  assert all(set(row) <= listed for row in theirs)
+  same = sum(a == b for a, b in zip(mine, theirs))
+  assert same >= len(ids) - 1, f"{same}/{len(ids)} identical: {mine[:2]} {theirs[:2]}"
