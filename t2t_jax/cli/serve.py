@@ -50,6 +50,9 @@ def _parser() -> argparse.ArgumentParser:
   parser.add_argument("--engine", choices=("jax", "ctranslate2"), default="jax",
                       help="what decodes (default jax; ctranslate2: the work directory's export)")
   flags.add_search_flags(parser)   # --beam_size: a request's default
+  parser.add_argument("--shortlist", action="store_true",
+                      help="--engine jax: pick each batch's outputs among the candidates of the "
+                           "work directory's lexical shortlist (built by t2t-shortlist)")
   parser.add_argument("--max_len_a", type=float, default=1.0, metavar="A",
                       help="max output length = A x input length + B (default 1), both engines")
   parser.add_argument("--host", default="127.0.0.1", help="address to listen on")
@@ -103,6 +106,9 @@ def _engine(args: argparse.Namespace, translator: inference.Translator):
 @exits.command
 def main(argv: Optional[Sequence[str]] = None) -> None:
   args = _parser().parse_args(argv)
+  if args.shortlist and args.engine != "jax":
+    raise ValueError("--shortlist is for --engine jax (CTranslate2 reads the exported vmap.txt "
+                     "with use_vmap=True)")
   try:
     from t2t_jax.serve import app as app_lib  # pylint: disable=import-outside-toplevel
     from t2t_jax.serve import engines  # pylint: disable=import-outside-toplevel
@@ -112,7 +118,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         f"{e}: the serve extra is not installed: {errors.install('serve')}") from None
   compile_cache.enable()
   translator = inference.Translator(args.checkpoint or args.workdir, average=args.average,
-                                    programs=True, **flags.search_overrides(args))
+                                    programs=True, shortlist=args.shortlist,
+                                    **flags.search_overrides(args))
   engine = _engine(args, translator)
   settings = engines.Settings(beam_size=translator.cfg.beam_size)
   pieces = translator.cfg.max_len - 1 if args.warmup_pieces is None else args.warmup_pieces

@@ -1,11 +1,15 @@
 """cli/serve.py: `t2t-serve`'s flags reach the server's options and engine, and a wrong
 combination is one line (the server at work, over HTTP: tests/serve/)."""
 
+import shutil
+
 import pytest
 
 pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
 
 from t2t_jax.cli import serve  # noqa: E402  (after the skip)
+from t2t_jax.data import shortlist  # noqa: E402
+from t2t_jax.data import vocab  # noqa: E402
 from t2t_jax.serve import app as app_lib  # noqa: E402
 from t2t_jax.serve import engines  # noqa: E402
 
@@ -55,3 +59,18 @@ def test_a_checkpoint_with_the_ctranslate2_engine_is_one_line(trained_workdir, s
     serve.main(["--workdir", str(trained_workdir), "--engine", "ctranslate2",
                     "--checkpoint", str(checkpoint)])
   assert not started
+
+
+def test_the_shortlist_reaches_the_jax_engine_and_is_one_line_elsewhere(trained_workdir, started,
+                                                                       tmp_path):
+  workdir = tmp_path / "run"
+  shutil.copytree(trained_workdir, workdir)
+  with pytest.raises(SystemExit, match="no shortlist at .* build one with t2t-shortlist"):
+    serve.main(["--workdir", str(workdir), "--shortlist"])
+  with pytest.raises(SystemExit, match="--shortlist is for --engine jax"):
+    serve.main(["--workdir", str(workdir), "--shortlist", "--engine", "ctranslate2"])
+  tokenizer = vocab.Tokenizer(str(workdir / "vocab" / "spm.model"))
+  shortlist.save(shortlist.build(tokenizer, [("the dog", "der Hund")], per_source=2, frequent=2),
+                 workdir / shortlist.FILE)
+  serve.main(["--workdir", str(workdir), "--shortlist"])
+  assert started["engine"].translator.shortlist is not None
