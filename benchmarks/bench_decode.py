@@ -8,6 +8,8 @@
     ... --compare=. --old_python=/other/venv/bin/python   # this code on another JAX
     python benchmarks/bench_decode.py --ctranslate2 [--workdir=runs/demo] [--sentences=256]
         [--batch_size=64] [--beam_size=4] [--repeats=3]
+    python benchmarks/bench_decode.py --ctranslate2 --configs=base --shortlist
+        [--shortlist_per_source=50] [--shortlist_frequent=200]
 
 `random`: random parameters and source ids, decoded as `batch_decoder.decode_batch` does
 (self-attention buffer of source length + `extra` positions) but with every
@@ -47,6 +49,14 @@ Rows: ours as `decode_ids` runs (two batches in flight) and, with `--workdir`,
 one batch at a time (`in_flight=1`); CTranslate2 with all cores on one batch
 (its usual CPU setting) and, marked xN, N batches at once, one core each
 (inter_threads, the counterpart of our in_flight).
+`--shortlist` (random parameters only) adds a lexical shortlist
+(data/shortlist.py) on the same ids in both engines: a synthetic table, seeded,
+of `--shortlist_per_source` random target ids for each source id and
+`--shortlist_frequent` random frequent ones (the sizes CTranslate2's and
+Marian's users give: 20-100 per source, 100-500 frequent), as ours decodes it
+(the batch's candidates padded to a shortlist size) and as CTranslate2's
+vmap.txt (`use_vmap=True`). Rows "ours + shortlist" and "... + vmap"; the
+latter's "same as ours" counts the outputs equal to ours + shortlist.
 """
 
 from __future__ import annotations
@@ -396,6 +406,13 @@ def main() -> None:
   parser.add_argument("--smoke", action="store_true",
                       help="random, --ctranslate2: a toy model (1 layer, 32 wide, 64 words), to "
                       "check that the script runs")
+  parser.add_argument("--shortlist", action="store_true",
+                      help="--ctranslate2 (random): add ours with a lexical shortlist beside "
+                           "CTranslate2 with the same table as its vmap.txt (use_vmap)")
+  parser.add_argument("--shortlist_per_source", type=int, default=50,
+                      help="--shortlist: random candidates per source id (default 50)")
+  parser.add_argument("--shortlist_frequent", type=int, default=200,
+                      help="--shortlist: random candidates of every batch (default 200)")
   parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.sentences is None:
@@ -449,11 +466,11 @@ def _jitted_search():
   from t2t_jax.model import transformer
 
   @functools.partial(jax.jit, static_argnames=("cfg", "beam_size", "output_len", "cached"))
-  def search(params, inputs, *, cfg, beam_size, output_len, cached):
+  def search(params, inputs, shortlist=None, *, cfg, beam_size, output_len, cached):
     if cached:  # as decoding/ensemble.py binds one model: vocabulary-major logits
       cache = transformer.init_cache(cfg.model, params, inputs, output_len)
       step_fn = functools.partial(transformer.decode_step, cfg.model, params,
-                                  logits_layout="vocab_major")
+                                  logits_layout="vocab_major", shortlist=shortlist)
     else:
       cache, step_fn = uncached.uncached_decoder(cfg.model, params, inputs, output_len)
     # eos_id=-1 never matches a token: every hypothesis decodes output_len tokens.
@@ -463,9 +480,25 @@ def _jitted_search():
   return search
 
 
-def _search(params, inputs, **settings):
-  """One jitted `beam_search` with EOS off (the CTranslate2 side by side's random workload)."""
-  return _jitted_search()(params, inputs, **settings)
+def _search(params, inputs, shortlist=None, **settings):
+  """One jitted `beam_search` with EOS off (the CTranslate2 side by side's random workload);
+  `shortlist`: the batch's candidate ids."""
+  return _jitted_search()(params, inputs, shortlist, **settings)
+
+
+def _random_shortlist(args, vocab_size: int):
+  """A synthetic lexical shortlist for random ids, of the size CTranslate2's and Marian's
+  users give: `--shortlist_per_source` distinct random targets per source id and
+  `--shortlist_frequent` random frequent ones (seeded; data/shortlist.py's table)."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from t2t_jax.data import shortlist  # pylint: disable=import-outside-toplevel
+  rng = np.random.default_rng(1)
+  targets = np.arange(3, vocab_size)
+  per_source = np.stack([rng.choice(targets, min(args.shortlist_per_source, len(targets)),
+                                    replace=False) for _ in range(vocab_size)]).astype(np.int32)
+  per_source[:3] = -1                                                # no special sources
+  frequent = rng.choice(targets, min(args.shortlist_frequent, len(targets)), replace=False)
+  return shortlist.Shortlist(per_source, frequent.astype(np.int32))
 
 
 def _best_of(fn, repeats: int):
@@ -533,33 +566,41 @@ def _trained_workload(args):
   return cfg, params, tokens, ours, theirs, description
 
 
+def _random_inputs(args, vocab_size=None):
+  """The random workload's sources with their EOS [sentences, source_len] (seeded)."""
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from t2t_jax.ids import EOS_ID  # pylint: disable=import-outside-toplevel
+  vocab_size = vocab_size or _config(args.configs.split(",")[0], args).vocab_size
+  rng = np.random.default_rng(0)
+  sources = rng.integers(3, vocab_size, size=(args.sentences, args.source_len - 1))
+  return np.concatenate([sources, np.full((args.sentences, 1), EOS_ID)], 1).astype(np.int32)
+
+
 def _random_workload(args):
   """Random parameters and ids, EOS off: every output has args.output_len tokens."""
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import numpy as np  # pylint: disable=import-outside-toplevel
-  from t2t_jax.ids import EOS_ID  # pylint: disable=import-outside-toplevel
   from t2t_jax.model import transformer
   cfg = _config(args.configs.split(",")[0], args)
   params = jax.jit(functools.partial(transformer.init_params, cfg.model))(jax.random.key(0))
   params = jax.device_get(params)
-  rng = np.random.default_rng(0)
-  sources = rng.integers(3, cfg.vocab_size, size=(args.sentences, args.source_len - 1))
-  inputs = jnp.asarray(np.concatenate([sources, np.full((args.sentences, 1), EOS_ID)], 1),
-                       jnp.int32)
+  inputs = jnp.asarray(_random_inputs(args, cfg.vocab_size), jnp.int32)
+  sources = np.asarray(inputs)[:, :-1]
   tokens = ["<pad>", "</s>", "<unk>"] + [f"<unused{i}>" for i in range(3, cfg.vocab_size)]
   pieces = [[tokens[i] for i in row] + ["</s>"] for row in sources]   # as inputs: with EOS
 
-  def ours():
-    found = _search(params, inputs, cfg=cfg, beam_size=args.beam_size,
+  def ours(shortlist=None):
+    found = _search(params, inputs, shortlist, cfg=cfg, beam_size=args.beam_size,
                     output_len=args.output_len, cached=True)
     return [list(row) for row in np.asarray(found[0][:, 0])]
 
-  def theirs(translator):
+  def theirs(translator, use_vmap=False):
     ids = {token: i for i, token in enumerate(tokens)}
     results = translator.translate_batch(
         pieces, beam_size=args.beam_size, length_penalty=0.0, max_batch_size=args.sentences,
-        min_decoding_length=args.output_len, max_decoding_length=args.output_len)
+        min_decoding_length=args.output_len, max_decoding_length=args.output_len,
+        use_vmap=use_vmap)
     return [[ids[p] for p in r.hypotheses[0]] for r in results]
 
   description = (f"{args.configs.split(',')[0]} with random parameters: {args.sentences} "
@@ -571,8 +612,12 @@ def _random_workload(args):
 def ctranslate2_side_by_side(args) -> None:
   """Our beam search, then CTranslate2 float32 and int8 on the same model and sentences."""
   import jax  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from t2t_jax.data import shortlist as shortlist_lib  # pylint: disable=import-outside-toplevel
   # pylint: disable-next=import-outside-toplevel
   from t2t_jax.export import ctranslate2 as ctranslate2_lib
+  if args.shortlist and args.workdir:
+    raise SystemExit("--shortlist runs the random workload (a synthetic table); drop --workdir")
   workload = _trained_workload if args.workdir else _random_workload
   cfg, params, tokens, ours, theirs, description = workload(args)
   threads = os.cpu_count() or 1
@@ -580,23 +625,41 @@ def ctranslate2_side_by_side(args) -> None:
   print(f"device: {device.platform} ({_cpu_name()}, {threads} cores), jax {jax.__version__}, "
         f"CTranslate2 with {threads} threads, load average {os.getloadavg()[0]:.1f}")
   print(description)
-  print(f"{'engine':26} {'run s':>8} {'sent/s':>8} {'tokens/s':>9} {'ours/engine':>11} "
+  print(f"{'engine':30} {'run s':>8} {'sent/s':>8} {'tokens/s':>9} {'ours/engine':>11} "
         f"{'same as ours':>12}")
   seconds, reference = _best_of(ours, args.repeats)
   rows = [("ours (JAX, float32)", seconds, reference)]
   if args.workdir:  # several batches: also one at a time
     seconds, outputs = _best_of(functools.partial(ours, in_flight=1), args.repeats)
     rows.append(("ours, in_flight=1", seconds, outputs))
+  rows = [row + (reference,) for row in rows]
+  table = _random_shortlist(args, cfg.vocab_size) if args.shortlist else None
+  if table is not None:
+    batch = _random_inputs(args, cfg.vocab_size)
+    candidates = jax.device_put(table.batch_ids(batch))
+    seconds, shortlisted = _best_of(functools.partial(ours, candidates), args.repeats)
+    rows.append((f"ours + shortlist ({len(candidates)})", seconds, shortlisted, shortlisted))
+    print(f"shortlist: {table.per_source.shape[1]} random ids per source id + "
+          f"{len(table.frequent)} frequent: {len(table.candidates(batch))} candidates, padded "
+          f"to {len(candidates)}; the '+ vmap' rows are compared with ours + shortlist")
   with tempfile.TemporaryDirectory() as directory:
     spec = ctranslate2_lib.ctranslate2_spec(cfg, params, tokens)
-    for name, translator in _ctranslate2_runs(spec, directory + "/ct2", threads).items():
+    runs = _ctranslate2_runs(spec, directory + "/ct2", threads)
+    if table is not None:
+      (pathlib.Path(directory) / "ct2" / ctranslate2_lib.VMAP).write_text(
+          shortlist_lib.vocabulary_map(table, tokens), encoding="utf-8")
+    for name, translator in runs.items():
       seconds, outputs = _best_of(functools.partial(theirs, translator), args.repeats)
-      rows.append((name, seconds, outputs))
-  for name, seconds, outputs in rows:
+      rows.append((name, seconds, outputs, reference))
+      if table is not None:
+        seconds, outputs = _best_of(functools.partial(theirs, translator, use_vmap=True),
+                                    args.repeats)
+        rows.append((name + " + vmap", seconds, outputs, shortlisted))
+  for name, seconds, outputs, expected in rows:
     # Generated tokens; a trained model's outputs are listed without their EOS.
     count = sum(len(o) + bool(args.workdir) for o in outputs)
-    same = sum(a == b for a, b in zip(reference, outputs))
-    print(f"{name:26} {seconds:8.3f} {len(outputs) / seconds:8.1f} {count / seconds:9.0f} "
+    same = sum(a == b for a, b in zip(expected, outputs))
+    print(f"{name:30} {seconds:8.3f} {len(outputs) / seconds:8.1f} {count / seconds:9.0f} "
           f"{seconds / rows[0][1]:10.2f}x {same:7d}/{len(outputs)}", flush=True)
 
 

@@ -79,6 +79,9 @@ SMOKE = {
                                        needs="flax_wmt"),
     "bench_decode.py --ctranslate2": dict(args=["--ctranslate2", *TINY_DECODE],
                                           expect="CTranslate2 int8", needs="export"),
+    "bench_decode.py --ctranslate2 --shortlist": dict(
+        args=["--ctranslate2", "--shortlist", *TINY_DECODE], expect="CTranslate2 int8 + vmap",
+        needs="export"),
     "bench_memory.py": dict(args=["--configs=demo", "--tokens=128", "--length=16"],
                             expect="| demo | float32 | 128 |"),
     "bench_serve.py": dict(args=["--workdir={workdir}", "--lines=3", "--clients=2", "--group=2",
