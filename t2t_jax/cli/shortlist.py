@@ -14,19 +14,11 @@ model's vmap.txt. The library behind it: t2t_jax/data/shortlist.py; docs/transla
 
 from __future__ import annotations
 
-import logging
-import pathlib
-import time
 from typing import Optional, Sequence
 
 from t2t_jax.cli import exits
 from t2t_jax.cli import flags
 from t2t_jax.data import shortlist
-from t2t_jax.data import sources
-from t2t_jax.data import vocab
-from t2t_jax.runtime import workdir as workdir_lib
-
-log = logging.getLogger(__name__)
 
 
 @exits.command
@@ -42,18 +34,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                       help="most frequent target pieces, candidates of every batch "
                            f"(default {shortlist.FREQUENT})")
   args = parser.parse_args(argv)
-  workdir = pathlib.Path(args.workdir)
-  if not (workdir / "vocab" / "spm.model").is_file():
-    raise FileNotFoundError(f"{workdir / 'vocab' / 'spm.model'} not found: "
-                            f"{workdir_lib.TRAIN_FIRST}")
-  tokenizer = vocab.load(str(workdir / "vocab"))
-  pairs = (sources.read_pairs(args.train) if args.train else
-           sources.get_source(workdir_lib.load_config(workdir), str(workdir)).train())
-  start = time.time()
-  table = shortlist.build(tokenizer, pairs, per_source=args.per_source, frequent=args.frequent)
-  path = shortlist.save(table, workdir / shortlist.FILE)
-  log.info("Wrote %s (%d pairs, %d per source, %d frequent) in %.1f s", path, len(pairs),
-           args.per_source, len(table.frequent), time.time() - start)
+  shortlist.build_for_workdir(args.workdir, args.train, per_source=args.per_source,
+                              frequent=args.frequent)
 
 
 if __name__ == "__main__":

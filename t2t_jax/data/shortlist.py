@@ -30,14 +30,20 @@ from __future__ import annotations
 import dataclasses
 import hashlib
 import itertools
+import logging
 import os
 import pathlib
+import time
 from typing import Iterable, Optional
 
 import numpy as np
 
+from t2t_jax.data import sources
 from t2t_jax.data import vocab as vocab_lib
 from t2t_jax.ids import EOS_ID, FILLER, PAD_ID, UNK_ID
+from t2t_jax.runtime import workdir as workdir_lib
+
+log = logging.getLogger(__name__)
 
 FILE = pathlib.Path("vocab") / "shortlist.npz"   # in a work directory
 BUILD = "t2t-shortlist --workdir {workdir} [--train SRC,TGT]"
@@ -208,6 +214,26 @@ def workdir_table(workdir: str | os.PathLike,
                   tokenizer: Optional[vocab_lib.Tokenizer] = None) -> Shortlist:
   """The shortlist of a work directory (`FILE`), checked against its tokenizer."""
   return load(pathlib.Path(workdir) / FILE, tokenizer)
+
+
+def build_for_workdir(workdir: str | os.PathLike, train: Optional[str] = None, *,
+                      per_source: int = PER_SOURCE, frequent: int = FREQUENT) -> pathlib.Path:
+  """Builds and saves a work directory's table (`FILE`) with its SentencePiece model, from
+  `train` ("src_path,tgt_path" or a .tsv, as `sources.read_pairs`) or the run's own training
+  data; returns its path."""
+  workdir = pathlib.Path(workdir)
+  if not (workdir / "vocab" / "spm.model").is_file():
+    raise FileNotFoundError(f"{workdir / 'vocab' / 'spm.model'} not found: "
+                            f"{workdir_lib.TRAIN_FIRST}")
+  tokenizer = vocab_lib.load(str(workdir / "vocab"))
+  pairs = (sources.read_pairs(train) if train else
+           sources.get_source(workdir_lib.load_config(workdir), str(workdir)).train())
+  start = time.time()
+  table = build(tokenizer, pairs, per_source=per_source, frequent=frequent)
+  path = save(table, workdir / FILE)
+  log.info("Wrote %s (%d pairs, %d per source, %d frequent) in %.1f s", path, len(pairs),
+           per_source, len(table.frequent), time.time() - start)
+  return path
 
 
 def vocabulary_map(table: Shortlist, pieces: list[str]) -> str:

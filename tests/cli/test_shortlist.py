@@ -7,7 +7,7 @@ import shutil
 import numpy as np
 import pytest
 
-from t2t_jax.cli import shortlist as shortlist_cli
+from t2t_jax.cli import shortlist as shortlist_lib
 from t2t_jax.cli import translate
 from t2t_jax.data import demo
 from t2t_jax.data import shortlist
@@ -38,7 +38,7 @@ def test_translate_with_a_shortlist_picks_among_its_candidates(workdir, tmp_path
     translate.main(["--workdir", str(workdir), "--input", str(source), "--shortlist"])
   assert "\n" not in str(exit_info.value)
 
-  shortlist_cli.main(["--workdir", str(workdir), "--train", _corpus(tmp_path),
+  shortlist_lib.main(["--workdir", str(workdir), "--train", _corpus(tmp_path),
                       "--per_source", "4", "--frequent", "5"])
   table = shortlist.workdir_table(workdir)
   assert table.per_source.shape[1] == 4 and len(table.frequent) == 5
