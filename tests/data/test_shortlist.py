@@ -72,13 +72,16 @@ def test_the_table_is_the_brute_force_count_in_any_chunks(tokenizer):
 
 
 def test_a_batch_holds_its_sources_entries_the_frequent_ids_and_eos_never_padding(tokenizer):
-  table = shortlist.build(tokenizer, CORPUS, per_source=2, frequent=1)
-  inputs = np.asarray(tokenizer.encode_batch(["the dog", "a cat"]))
-  listed = table.candidates(np.pad(inputs, ((0, 0), (0, 3))))          # padded rows
-  expected = {EOS_ID, UNK_ID, *table.frequent}
+  table = shortlist.build(tokenizer, CORPUS, per_source=1, frequent=3)
+  inputs = np.zeros((2, 6), np.int32)                                  # padded rows
+  for row, ids in enumerate(tokenizer.encode_batch(["house", "a house"])):
+    inputs[row, :len(ids)] = ids
+  listed = table.candidates(inputs)
+  entries = set()
   for source in np.unique(inputs):
-    expected |= set(table.per_source[source]) - {FILLER}
-  assert set(listed) == expected and PAD_ID not in listed
+    entries |= set(table.per_source[source]) - {FILLER}
+  assert set(table.frequent) - entries                     # the frequent ids add candidates
+  assert set(listed) == {EOS_ID, UNK_ID, *table.frequent} | entries and PAD_ID not in listed
   assert list(listed) == sorted(listed)
   ids = table.batch_ids(inputs)
   assert len(ids) in shortlist.sizes(table.vocab_size) and len(ids) >= len(listed)
