@@ -512,8 +512,9 @@ def _best_of(fn, repeats: int):
   return best, output
 
 
-def _ctranslate2_runs(spec, directory, threads):
-  """{label: translator} for one saved float32 model, quantised on loading.
+def _ctranslate2_runs(spec, directory, threads, vmap=None):
+  """{label: translator} for one saved float32 model, quantised on loading; `vmap`: the text
+  of its vocabulary map, written before it is loaded (a Translator reads it only then).
 
   Each compute type runs as CTranslate2 is usually set up on a CPU (all cores on
   one batch at a time) and, like our `in_flight`, with one batch per core at
@@ -523,6 +524,8 @@ def _ctranslate2_runs(spec, directory, threads):
   # pylint: disable-next=import-outside-toplevel
   from t2t_jax.export import ctranslate2 as ctranslate2_lib
   ctranslate2_lib.save_ctranslate2(spec, directory)
+  if vmap is not None:
+    (pathlib.Path(directory) / ctranslate2_lib.VMAP).write_text(vmap, encoding="utf-8")
   runs = {}
   for kind in ("float32", "int8"):
     runs[f"CTranslate2 {kind}"] = ctranslate2.Translator(
@@ -644,10 +647,8 @@ def ctranslate2_side_by_side(args) -> None:
           f"to {len(candidates)}; the '+ vmap' rows are compared with ours + shortlist")
   with tempfile.TemporaryDirectory() as directory:
     spec = ctranslate2_lib.ctranslate2_spec(cfg, params, tokens)
-    runs = _ctranslate2_runs(spec, directory + "/ct2", threads)
-    if table is not None:
-      (pathlib.Path(directory) / "ct2" / ctranslate2_lib.VMAP).write_text(
-          shortlist_lib.vocabulary_map(table, tokens), encoding="utf-8")
+    vmap = None if table is None else shortlist_lib.vocabulary_map(table, tokens)
+    runs = _ctranslate2_runs(spec, directory + "/ct2", threads, vmap)
     for name, translator in runs.items():
       seconds, outputs = _best_of(functools.partial(theirs, translator), args.repeats)
       rows.append((name, seconds, outputs, reference))
