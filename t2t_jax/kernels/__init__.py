@@ -7,4 +7,4 @@ dense form the reference reads and the structured one the fused kernels read.
 """
 
 # Its public modules (any other module is a part of these).
-__all__ = ["logits", "masks", "ops", "topk"]
+__all__ = ["int8", "logits", "masks", "ops", "topk"]

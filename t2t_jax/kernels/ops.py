@@ -15,6 +15,9 @@ its reference in its own module of this package (tests hold them equal):
               rows only when a search gives one
   top-k       reference `jax.lax.top_k`; kernels `topk.blocked_top_k(_columns)`;
               by the platform the program is lowered for
+  int8        reference `int8.reference_product`; kernels `int8.int8_product`,
+              `int8.vocab_major_int8_product`; by the weights (an `int8.Int8Kernel`:
+              a model with `quantization="int8"`, model/quantized.py)
 """
 
 from __future__ import annotations
@@ -29,6 +32,7 @@ from t2t_jax import errors
 from t2t_jax.configs import DROPOUT_GENERATORS
 from t2t_jax.kernels import attention as attention_lib
 from t2t_jax.kernels import dropout as dropout_lib
+from t2t_jax.kernels import int8
 from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.kernels import masks
 from t2t_jax.kernels import topk
@@ -180,26 +184,48 @@ def logits_layout(models: int) -> str:
   return "vocab_major" if models == 1 else "row_major"
 
 
-def project_logits(hidden: Array, kernel: Array, layout: str = "row_major",
+def project_logits(hidden: Array, kernel: Array | int8.Int8Kernel, layout: str = "row_major",
                    shortlist: Optional[Array] = None) -> logits_lib.Logits:
   """The output projection of hidden [..., d_model] by the pre-softmax weights [vocab, d_model].
 
   "row_major": logits [..., vocab]; "vocab_major" (hidden [rows, d_model] only):
-  `logits.VocabMajor` [vocab, rows]. Operands in hidden's dtype, logits float32.
+  `logits.VocabMajor` [vocab, rows]. Operands in hidden's dtype, logits float32;
+  int8 weights (`int8.Int8Kernel`) multiply in int8 (`int8_dense`).
   `shortlist` [size] (hidden [rows, d_model] only): only those rows of the weights
   are multiplied (`logits.shortlist_kernel`); "vocab_major" gives `VocabMajor`
   [size, rows] with the ids, "row_major" [rows, vocab] with the others at NEG_INF.
   """
   if layout not in logits_lib.LAYOUTS:
     raise ValueError(f"logits layout {layout!r} is not one of {logits_lib.LAYOUTS}")
+  quantized = isinstance(kernel, int8.Int8Kernel)
   if shortlist is not None:
-    listed = logits_lib.vocab_major_projection(
-        hidden, logits_lib.shortlist_kernel(kernel, shortlist))
-    listed = logits_lib.VocabMajor(listed.logits, shortlist, kernel.shape[0])
+    vocab = (kernel.values if quantized else kernel).shape[0]
+    listed = _vocab_major(hidden, int8.take_rows(kernel, shortlist) if quantized
+                          else logits_lib.shortlist_kernel(kernel, shortlist))
+    listed = logits_lib.VocabMajor(listed.logits, shortlist, vocab)
     return listed if layout == "vocab_major" else logits_lib.row_major(listed)
   if layout == "vocab_major":
-    return logits_lib.vocab_major_projection(hidden, kernel)
+    return _vocab_major(hidden, kernel)
+  if quantized:
+    return int8.int8_product(hidden, kernel)
   return logits_lib.projection(hidden, kernel)
+
+
+def _vocab_major(hidden: Array, kernel: Array | int8.Int8Kernel) -> logits_lib.VocabMajor:
+  if isinstance(kernel, int8.Int8Kernel):
+    return logits_lib.VocabMajor(int8.vocab_major_int8_product(hidden, kernel))
+  return logits_lib.vocab_major_projection(hidden, kernel)
+
+
+# ------------------------------------------------------------------------------- int8
+
+
+def int8_dense(x: Array, kernel: int8.Int8Kernel) -> Array:
+  """x [..., in] by int8 weights [out, in] -> [..., out] float32: `int8.int8_product`, x
+  quantised per row. The product runs in int8 x int8 -> int32: weights converted back
+  to float32 inside the program run slower than float32 ones (docs/benchmarks.md,
+  "int8 decoding")."""
+  return int8.int8_product(x, kernel)
 
 
 # ------------------------------------------------------------------------------ top-k

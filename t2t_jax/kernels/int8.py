@@ -1,0 +1,96 @@
+"""Int8 products for decoding: weights quantised per output channel, activations per row.
+
+A weight matrix becomes an `Int8Kernel`: int8 values [out, in] (one row per output
+channel, as CTranslate2 stores them) and a float32 scale [out], weights ~= values *
+scale[:, None], the scale being the channel's absolute maximum / 127. At run time each
+activation row [in] is quantised the same way (`quantize_rows`), the product runs in
+int8 x int8 -> int32 and the two scales turn the sums back into float32
+(`int8_product`, `vocab_major_int8_product`). Only the integer product pays on XLA
+CPU: int8 weights converted to float32 inside a program run slower than float32 weights
+(docs/benchmarks.md, "int8 decoding"). The reference, `reference_product`, multiplies
+the unquantised activations by the dequantised weights; tests/kernels/test_int8.py
+holds the two within the rounding error of the activations' quantisation.
+"""
+
+from __future__ import annotations
+
+from typing import Sequence
+
+import flax.struct
+import jax
+import jax.numpy as jnp
+
+Array = jax.Array
+
+# Symmetric int8: -127..127, so that negation never overflows and zero is exact.
+LEVELS = 127
+
+
+@flax.struct.dataclass
+class Int8Kernel:
+  """A weight matrix quantised per output channel: values [out, in] int8, scale [out] float32."""
+  values: Array
+  scale: Array
+
+
+def _scale(absmax: Array) -> Array:
+  # An all-zero channel (or row) keeps scale 1: its values are 0 whatever the scale,
+  # and no division by zero makes NaN.
+  return jnp.where(absmax > 0, absmax / LEVELS, 1.0).astype(jnp.float32)
+
+
+def _round(x: Array, scale: Array) -> Array:
+  return jnp.clip(jnp.round(x / scale), -LEVELS, LEVELS).astype(jnp.int8)
+
+
+def quantize(weights: Array) -> Int8Kernel:
+  """weights [out, in] float -> `Int8Kernel`, one scale per output channel (row)."""
+  weights = jnp.asarray(weights, jnp.float32)
+  scale = _scale(jnp.max(jnp.abs(weights), axis=1))                  # [out]
+  return Int8Kernel(_round(weights, scale[:, None]), scale)
+
+
+def dequantize(kernel: Int8Kernel) -> Array:
+  """The weights [out, in] float32 an `Int8Kernel` stands for."""
+  return kernel.values.astype(jnp.float32) * kernel.scale[:, None]
+
+
+def concatenate(kernels: Sequence[Int8Kernel]) -> Int8Kernel:
+  """Kernels over the same inputs as one, their output channels one after another."""
+  return Int8Kernel(jnp.concatenate([k.values for k in kernels], axis=0),
+                    jnp.concatenate([k.scale for k in kernels], axis=0))
+
+
+def take_rows(kernel: Int8Kernel, ids: Array) -> Int8Kernel:
+  """The output channels `ids` [size] of a kernel (an id out of range: a zero channel), as
+  `logits.shortlist_kernel` takes a shortlist's rows of float32 weights."""
+  return Int8Kernel(jnp.take(kernel.values, ids, axis=0, mode="fill", fill_value=0),
+                    jnp.take(kernel.scale, ids, axis=0, mode="fill", fill_value=1.0))
+
+
+def quantize_rows(x: Array) -> tuple[Array, Array]:
+  """x [..., in] float -> values [..., in] int8 and scale [..., 1] float32, one per row."""
+  x = x.astype(jnp.float32)
+  scale = _scale(jnp.max(jnp.abs(x), axis=-1, keepdims=True))
+  return _round(x, scale), scale
+
+
+def int8_product(x: Array, kernel: Int8Kernel) -> Array:
+  """x [..., in] by the kernel's weights -> [..., out] float32, the product in int8 x int8 -> int32."""
+  values, scale = quantize_rows(x)
+  sums = jnp.einsum("...i,oi->...o", values, kernel.values,
+                    preferred_element_type=jnp.int32)
+  return sums.astype(jnp.float32) * scale * kernel.scale
+
+
+def vocab_major_int8_product(hidden: Array, kernel: Int8Kernel) -> Array:
+  """`int8_product` transposed: hidden [rows, in] -> [out, rows] float32 (kernels/logits.py's
+  vocabulary-major layout)."""
+  values, scale = quantize_rows(hidden)                               # [rows, in], [rows, 1]
+  sums = jnp.einsum("oi,ri->or", kernel.values, values, preferred_element_type=jnp.int32)
+  return sums.astype(jnp.float32) * kernel.scale[:, None] * scale[:, 0]
+
+
+def reference_product(x: Array, kernel: Int8Kernel) -> Array:
+  """The reference: x [..., in] float32 by the dequantised weights -> [..., out] float32."""
+  return jnp.einsum("...i,oi->...o", x.astype(jnp.float32), dequantize(kernel))
