@@ -22,7 +22,7 @@ its reference in its own module of this package (tests hold them equal):
 
 from __future__ import annotations
 
-from typing import Any, Optional, Union
+from typing import Any, Optional, Sequence, Union
 
 import jax
 import jax.numpy as jnp
@@ -220,12 +220,21 @@ def _vocab_major(hidden: Array, kernel: Array | int8.Int8Kernel) -> logits_lib.V
 # ------------------------------------------------------------------------------- int8
 
 
-def int8_dense(x: Array, kernel: int8.Int8Kernel) -> Array:
+def int8_weights(weights: Array) -> int8.Int8Kernel:
+  """weights [out, in] float32 as `int8_dense` takes them: int8, one scale per output
+  channel (`int8.quantize`)."""
+  return int8.quantize(weights)
+
+
+def int8_dense(x: Array, kernels: int8.Int8Kernel | Sequence[int8.Int8Kernel]) -> Array:
   """x [..., in] by int8 weights [out, in] -> [..., out] float32: `int8.int8_product`, x
-  quantised per row. The product runs in int8 x int8 -> int32: weights converted back
-  to float32 inside the program run slower than float32 ones (docs/benchmarks.md,
+  quantised per row. Several kernels over the same inputs run as one product, their
+  outputs side by side. The product runs in int8 x int8 -> int32: weights converted
+  back to float32 inside the program run slower than float32 ones (docs/benchmarks.md,
   "int8 decoding")."""
-  return int8.int8_product(x, kernel)
+  if not isinstance(kernels, int8.Int8Kernel):
+    kernels = int8.concatenate(kernels)
+  return int8.int8_product(x, kernels)
 
 
 # ------------------------------------------------------------------------------ top-k
