@@ -65,6 +65,9 @@ class TransformerConfig:
   attention_impl: str = _field(
       "fused", "fused (a fused kernel where it applies), reference, or cudnn/core/core_recompute "
       "(that kernel)")
+  # Decoding only (model/quantized.py converts float32 params at load; training refuses it).
+  quantization: Optional[str] = _field(
+      None, "decoding only: int8 (int8 Dense and output products), or None (the compute dtype)")
 
   # --- Data (section 5.1) ---
   dataset: str = _field("wmt14_translate/de-en",
@@ -184,6 +187,7 @@ class ModelConfig:
   dtype: str
   attention_window: Optional[int]
   attention_impl: str
+  quantization: Optional[str]
 
   key_depth = TransformerConfig.key_depth
   value_depth = TransformerConfig.value_depth
@@ -229,6 +233,7 @@ FIELD_RULES: dict[str, tuple[Any, str]] = {
     "dtype": _one_of("float32", "bfloat16"),
     "attention_window": _POSITIVE_INT,
     "attention_impl": _one_of("fused", "reference", "cudnn", "core", "core_recompute"),
+    "quantization": _one_of("int8"),
     "dataset": _NON_EMPTY, "source_lang": _NON_EMPTY, "target_lang": _NON_EMPTY,
     "data_dir": _NON_EMPTY, "train_files": _NON_EMPTY, "dev_files": _NON_EMPTY,
     "test_files": _NON_EMPTY,
@@ -321,6 +326,9 @@ def _validate(c: TransformerConfig) -> None:
       raise ValueError(
           f"d_model={c.d_model} is not divisible by num_heads={c.num_heads}; "
           "set d_k and d_v explicitly or change one of them")
+  if c.quantization is not None and c.dtype != "float32":
+    raise ValueError(f"quantization={c.quantization!r} runs its products in int8 and the rest in "
+                     f"float32: it cannot be combined with dtype={c.dtype!r}")
 
 
 # Table 3, in the paper's row order. Blank cells are the base model's values.

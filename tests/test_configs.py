@@ -101,6 +101,7 @@ _OUT_OF_RANGE = {
     "vocab_size": 3, "num_layers": 0, "d_model": -8, "d_ff": 0, "num_heads": 0, "d_k": 0,
     "d_v": -1, "dropout_rate": 1.0, "attention_dropout_rate": -0.5,
     "positional_encoding": "rotary", "max_len": 0, "dtype": "float16", "attention_window": 0,
+    "quantization": "int4",
     "attention_impl": "flash",
     "dropout_generator": "philox",
     "dataset": "", "source_lang": "", "target_lang": "", "data_dir": "", "train_files": "",

@@ -49,11 +49,15 @@ class MultiHeadAttention(nn.Module):
   dtype: Any = jnp.float32
   kernel_init: Callable = layers.default_kernel_init
   implementation: str = "fused"      # configs.TransformerConfig.attention_impl
+  int8: bool = False                 # projections by `layers.Int8Dense` (decoding only)
 
   def setup(self):
     dense = lambda features, axis=-1: nn.DenseGeneral(
         features, axis=axis, use_bias=False, dtype=self.dtype, param_dtype=jnp.float32,
         kernel_init=self.kernel_init)
+    if self.int8:
+      dense = lambda features, axis=-1: layers.Int8Dense(
+          features, inputs=1 if axis == -1 else len(axis), use_bias=False)
     self.query = dense((self.num_heads, self.d_k))                    # [d_model, heads, d_k]
     self.key = dense((self.num_heads, self.d_k))
     self.value = dense((self.num_heads, self.d_v))
@@ -129,11 +133,15 @@ class MultiHeadAttention(nn.Module):
     r rows holds each row's key/value at each position (`step_attention.record_position`);
     bias [1, 1, 1, length] masks the positions not yet (or no longer) visible.
     """
-    w = self.weights(self.variables["params"])
     # One [d_model, 2 d_k + d_v] product costs less than three; XLA hoists the
     # concatenation out of the decoding loop.
-    kernel = jnp.concatenate([w["query"], w["key"], w["value"]], axis=1)
-    qkv = jnp.dot(y.astype(self.dtype), kernel.astype(self.dtype))    # [rows, 1, (2 d_k + d_v) h]
+    if self.int8:
+      params = self.variables["params"]
+      qkv = ops.int8_dense(y, [params[name]["kernel"] for name in ("query", "key", "value")])
+    else:
+      w = self.weights(self.variables["params"])
+      kernel = jnp.concatenate([w["query"], w["key"], w["value"]], axis=1)
+      qkv = jnp.dot(y.astype(self.dtype), kernel.astype(self.dtype))  # [rows, 1, (2 d_k + d_v) h]
     width = self.num_heads * self.d_k
     q, k, v = (part.reshape(*y.shape[:2], self.num_heads, -1)        # [rows, 1, heads, d]
                for part in jnp.split(qkv, [width, 2 * width], axis=-1))

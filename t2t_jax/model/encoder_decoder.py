@@ -40,7 +40,12 @@ def _attention(cfg: ModelConfig) -> attention_lib.MultiHeadAttention:
   return attention_lib.MultiHeadAttention(
       num_heads=cfg.num_heads, d_k=cfg.key_depth, d_v=cfg.value_depth, d_model=cfg.d_model,
       dropout_rate=cfg.attention_dropout_rate, dtype=compute_dtype(cfg),
-      implementation=cfg.attention_impl)
+      implementation=cfg.attention_impl, int8=cfg.quantization == "int8")
+
+
+def _feed_forward(cfg: ModelConfig) -> layers.FeedForward:
+  return layers.FeedForward(cfg.d_model, cfg.d_ff, dtype=compute_dtype(cfg),
+                            int8=cfg.quantization == "int8")
 
 
 def dropout(cfg: ModelConfig) -> layers.Dropout:
@@ -61,7 +66,7 @@ class EncoderLayer(nn.Module):
   def setup(self):
     cfg = self.config
     self.self_attention = _attention(cfg)
-    self.ffn = layers.FeedForward(cfg.d_model, cfg.d_ff, dtype=compute_dtype(cfg))
+    self.ffn = _feed_forward(cfg)
     self.norm_attention = _layer_norm()
     self.norm_ffn = _layer_norm()
     self.dropout = dropout(cfg)
@@ -81,7 +86,7 @@ class DecoderLayer(nn.Module):
     cfg = self.config
     self.self_attention = _attention(cfg)
     self.cross_attention = _attention(cfg)
-    self.ffn = layers.FeedForward(cfg.d_model, cfg.d_ff, dtype=compute_dtype(cfg))
+    self.ffn = _feed_forward(cfg)
     self.norm_self = _layer_norm()
     self.norm_cross = _layer_norm()
     self.norm_ffn = _layer_norm()

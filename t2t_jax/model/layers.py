@@ -13,7 +13,8 @@ through kernels/ops.py, which chooses the kernel that runs them.
 
 from __future__ import annotations
 
-from typing import Any, Callable
+import math
+from typing import Any, Callable, Union
 
 import flax.linen as nn
 import jax
@@ -21,6 +22,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from t2t_jax.ids import PAD_ID
+from t2t_jax.kernels import int8 as int8_lib
 from t2t_jax.kernels import ops
 
 Array = jax.Array
@@ -72,17 +74,45 @@ def sinusoidal_positions(length: int, d_model: int) -> Array:
 default_kernel_init = nn.initializers.xavier_uniform()
 
 
+class Int8Dense(nn.Module):
+  """`nn.DenseGeneral` for decoding with int8 weights: x [..., *in] -> [..., *features] float32.
+
+  Contracts x's last `inputs` axes with a `kernels.int8.Int8Kernel` "kernel" ([prod(features),
+  prod(in)], the float kernel flattened and transposed: model/quantized.py) and adds a
+  float32 "bias" [prod(features)] if `use_bias`. Its own initial values are zeros:
+  its parameters come from a float32 model's.
+  """
+  features: Union[int, tuple[int, ...]]
+  inputs: int = 1
+  use_bias: bool = True
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    features = self.features if isinstance(self.features, tuple) else (self.features,)
+    batch, n_in, n_out = x.shape[:-self.inputs], math.prod(x.shape[-self.inputs:]), math.prod(features)
+    kernel = self.param("kernel", lambda _: int8_lib.Int8Kernel(
+        jnp.zeros((n_out, n_in), jnp.int8), jnp.ones((n_out,), jnp.float32)))
+    y = ops.int8_dense(x.reshape(*batch, n_in), kernel)               # [..., prod(features)]
+    if self.use_bias:
+      y = y + self.param("bias", nn.initializers.zeros, (n_out,), jnp.float32)
+    return y.reshape(*batch, *features)
+
+
 class FeedForward(nn.Module):
-  """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3)."""
+  """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3); `int8`: `Int8Dense` products."""
   d_model: int
   d_ff: int
   dtype: Any = jnp.float32
   kernel_init: Callable = default_kernel_init
+  int8: bool = False
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
-    dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=jnp.float32,
-                                     kernel_init=self.kernel_init, name=name)
+    if self.int8:
+      dense = lambda n, name: Int8Dense(n, name=name)
+    else:
+      dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=jnp.float32,
+                                       kernel_init=self.kernel_init, name=name)
     return dense(self.d_model, "wo")(nn.relu(dense(self.d_ff, "wi")(x)))
 
 

@@ -28,6 +28,7 @@ import jax.numpy as jnp
 
 from t2t_jax.configs import ModelConfig
 from t2t_jax.ids import PAD_ID
+from t2t_jax.kernels import int8
 from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.kernels import masks
 from t2t_jax.kernels import ops
@@ -95,6 +96,12 @@ class Transformer(nn.Module):
       init = nn.initializers.normal(stddev=math.sqrt(0.5))
       self.source_positions = self.param("source_positions", init, (cfg.max_len, cfg.d_model))
       self.target_positions = self.param("target_positions", init, (cfg.max_len, cfg.d_model))
+    if cfg.quantization == "int8":
+      # The pre-softmax weights quantised per vocabulary row, beside the float32
+      # embeddings the lookups read (model/quantized.py fills both).
+      self.output_projection = self.param("output_projection", lambda _: int8.Int8Kernel(
+          jnp.zeros((cfg.vocab_size, cfg.d_model), jnp.int8),
+          jnp.ones((cfg.vocab_size,), jnp.float32)))
     self.encoder = encoder_decoder.Encoder(cfg)
     self.decoder = encoder_decoder.Decoder(cfg)
     self.dropout = encoder_decoder.dropout(cfg)
@@ -124,8 +131,11 @@ class Transformer(nn.Module):
     x = (x + pe.astype(x.dtype)).astype(encoder_decoder.compute_dtype(cfg))
     return self.dropout(x, deterministic=deterministic)
 
-  def _output_kernel(self) -> Array:
-    """[vocab, d_model] float32: the pre-softmax weights (the shared embedding by default)."""
+  def _output_kernel(self) -> Array | int8.Int8Kernel:
+    """[vocab, d_model] float32: the pre-softmax weights (the shared embedding by default);
+    an `int8.Int8Kernel` in an int8 model."""
+    if self.config.quantization == "int8":
+      return self.output_projection
     return self._embedding("output").embedding
 
   def _logits(self, y: Array) -> Array:

@@ -77,12 +77,20 @@ class TrainStep:
     return placed(state), batch, placed(key)
 
 
+def check_trainable(cfg: TransformerConfig) -> None:
+  """Raises ValueError for a config only decoding takes (int8 quantization)."""
+  if cfg.quantization is not None:
+    raise ValueError(f"quantization={cfg.quantization!r} is for decoding only (t2t-translate "
+                     "--int8): train in float32 and quantise when translating")
+
+
 def build(cfg: TransformerConfig, devices: Optional[Sequence[jax.Device]] = None,
           parallelism: Optional[str] = None) -> TrainStep:
   """`cfg`'s optimiser (the paper's Adam and schedule) and its steps mapped over
   `devices` as `parallelism` says (default `cfg.parallelism`; pmap maps over this
   process's devices, shard_map over every process's unless `devices` are given),
   each donating the state it is given."""
+  check_trainable(cfg)
   parallelism = parallelism or cfg.parallelism
   devices = tuple(devices) if devices is not None else None
   optimizer = optim.make_optimizer(cfg)

@@ -101,6 +101,7 @@ class Trainer:
 
   def __init__(self, cfg: TransformerConfig, workdir: str | os.PathLike,
                dataset: Optional[dataset_lib.Dataset] = None, init_params: Any = None):
+    builder.check_trainable(cfg)  # before the work directory is made or locked
     self.created = time.time()
     self.cfg = cfg
     self.workdir = pathlib.Path(workdir)

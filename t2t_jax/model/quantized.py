@@ -1,0 +1,60 @@
+"""An int8 model's parameters from a float32 model's, made once when a model is loaded.
+
+A config with `quantization="int8"` builds the same Transformer with every Dense
+product (attention projections, feed-forward) a `layers.Int8Dense` and the output
+projection an int8 copy of the pre-softmax weights (`Transformer.output_projection`);
+embeddings, LayerNorm, biases and the attention itself stay float32 and so do the
+softmax and the search (kernels/int8.py says how the products run). `quantize_params`
+turns a trained model's float32 params into that model's: each kernel [*in, *out]
+flattened to [in, out], transposed and quantised per output channel
+(`kernels.ops.int8_weights`).
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+import flax
+import jax
+
+from t2t_jax.configs import ModelConfig
+from t2t_jax.kernels import int8
+from t2t_jax.kernels import ops
+from t2t_jax.model import transformer
+
+Params = Any
+
+
+def _output_embedding(cfg: ModelConfig, flat_params: dict[tuple[str, ...], Any]) -> jax.Array:
+  """The float32 pre-softmax weights [vocab, d_model] (`Transformer._output_kernel`)."""
+  name = "embedding" if cfg.share_embeddings else "output_embedding"
+  return flat_params[(name, "embedding")]
+
+
+def quantize_params(cfg: ModelConfig, params: Params) -> Params:
+  """A float32 model's params -> the params of the model `cfg` (quantization "int8") builds.
+
+  The int8 model's parameter tree, from `transformer.init_params`' shapes, says
+  which arrays become `int8.Int8Kernel`s; every other array is the float32 one.
+  """
+  if cfg.quantization != "int8":
+    raise ValueError(f"quantize_params makes int8 params; the config has "
+                     f"quantization={cfg.quantization!r}")
+  target = flax.traverse_util.flatten_dict(
+      jax.eval_shape(functools.partial(transformer.init_params, cfg), jax.random.key(0)))
+  source = flax.traverse_util.flatten_dict(flax.core.unfreeze(params))
+  quantized = {}
+  for path, want in target.items():
+    if path == ("output_projection",):
+      quantized[path] = ops.int8_weights(_output_embedding(cfg, source))
+    elif isinstance(want, int8.Int8Kernel):
+      n_out, n_in = want.values.shape
+      weights = source[path].reshape(n_in, n_out)                      # [*in, *out] -> [in, out]
+      quantized[path] = ops.int8_weights(weights.T)
+    elif path in source and source[path].shape == want.shape:
+      quantized[path] = source[path]
+    else:
+      raise ValueError(f"the params do not fit the model: {'/'.join(path)} is "
+                       f"{getattr(source.get(path), 'shape', 'missing')}, the model's {want.shape}")
+  return flax.traverse_util.unflatten_dict(quantized)

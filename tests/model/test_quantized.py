@@ -1,0 +1,109 @@
+"""model/quantized.py and the int8 model: its params from float32 ones, its logits near float32's.
+
+The int8 model's logits differ from float32's by the rounding of every product's
+activations and weights (at most half a step, absmax / 127, per element: kernels/int8.py),
+which compounds over the layers; on these tiny random models that is a few percent of the
+logits' range, so the bounds below are loose by design and fixed keys make them repeatable.
+"""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from t2t_jax import configs
+from t2t_jax.kernels import int8
+from t2t_jax.model import quantized
+from t2t_jax.model import transformer
+from t2t_jax.train import builder
+
+# d_k != d_v so that a swapped or mis-flattened projection cannot go unnoticed.
+CFG = configs.get_config("demo", vocab_size=23, num_layers=2, d_model=16, d_ff=32, num_heads=2,
+                         d_k=8, d_v=6, max_len=16, dropout_rate=0.0)
+# Unshared embeddings: the output projection comes from its own table.
+CFG_UNSHARED = CFG.replace(share_embeddings=False, positional_encoding="learned", num_layers=1)
+
+RNG = np.random.default_rng(0)
+INPUTS = jnp.asarray(RNG.integers(3, 23, (3, 7)), jnp.int32).at[1, 4:].set(0)
+TARGETS = jnp.asarray(RNG.integers(3, 23, (3, 6)), jnp.int32).at[2, 3:].set(0)
+
+
+@functools.lru_cache(maxsize=None)
+def _params(cfg):
+  return transformer.init_params(cfg.model, jax.random.key(0))
+
+
+def _int8(cfg):
+  return cfg.replace(quantization="int8")
+
+
+def _forward(cfg, params):
+  return np.asarray(transformer.Transformer(cfg.model).apply({"params": params}, INPUTS, TARGETS))
+
+
+@pytest.mark.parametrize("cfg", [CFG, CFG_UNSHARED], ids=["shared", "unshared"])
+def test_quantized_params_are_the_int8_models(cfg):
+  params = quantized.quantize_params(_int8(cfg).model, _params(cfg))
+  want = jax.eval_shape(functools.partial(transformer.init_params, _int8(cfg).model),
+                        jax.random.key(0))
+  shapes = lambda tree: jax.tree.map(lambda x: (x.shape, str(x.dtype)), tree)
+  assert shapes(params) == shapes(want)
+  layer = params["decoder"]["layers_0"]
+  assert isinstance(layer["ffn"]["wi"]["kernel"], int8.Int8Kernel)
+  # W^O [heads, d_v, d_model] flattened over its inputs: [d_model, heads * d_v].
+  assert layer["self_attention"]["out"]["kernel"].values.shape == (16, 2 * 6)
+  # The embeddings the lookups read stay float32 and unchanged.
+  name = "embedding" if cfg.share_embeddings else "source_embedding"
+  np.testing.assert_array_equal(params[name]["embedding"], _params(cfg)[name]["embedding"])
+
+
+def test_each_int8_kernel_is_its_float_kernel_quantised():
+  float_params, params = _params(CFG), quantized.quantize_params(_int8(CFG).model, _params(CFG))
+  for path in [("decoder", "layers_1", "cross_attention", "query"),
+               ("encoder", "layers_0", "self_attention", "out"), ("decoder", "layers_0", "ffn", "wo")]:
+    sub = functools.reduce(lambda tree, key: tree[key], path, float_params)["kernel"]
+    kernel = functools.reduce(lambda tree, key: tree[key], path, params)["kernel"]
+    n_out = kernel.scale.shape[0]
+    weights = np.asarray(sub).reshape(-1, n_out).T                      # [out, in]
+    step = np.abs(weights).max(axis=1, keepdims=True) / int8.LEVELS
+    assert (np.abs(np.asarray(int8.dequantize(kernel)) - weights) <= step / 2 + 1e-7).all()
+  np.testing.assert_array_equal(params["output_projection"].values,
+                                int8.quantize(float_params["embedding"]["embedding"]).values)
+
+
+@pytest.mark.parametrize("cfg", [CFG, CFG_UNSHARED], ids=["shared", "unshared"])
+def test_int8_logits_are_close_to_float32s(cfg):
+  float_logits = _forward(cfg, _params(cfg))
+  logits = _forward(_int8(cfg), quantized.quantize_params(_int8(cfg).model, _params(cfg)))
+  spread = float_logits.max() - float_logits.min()
+  assert np.abs(logits - float_logits).max() <= 0.05 * spread
+  # Not float32 itself: the products did run quantised.
+  assert np.abs(logits - float_logits).max() > 1e-6 * spread
+
+
+def test_int8_cached_decoding_is_its_full_forward_pass():
+  cfg = _int8(CFG)
+  params = quantized.quantize_params(cfg.model, _params(CFG))
+  full = _forward(cfg, params)
+  cache = transformer.init_cache(cfg.model, params, INPUTS, TARGETS.shape[1])
+  tokens = jnp.zeros((3,), jnp.int32)
+  for position in range(TARGETS.shape[1]):
+    logits, cache = transformer.decode_step(cfg.model, params, cache, tokens, position,
+                                            "vocab_major")
+    # Rows are quantised alike on both paths; float32 sums in another order may round
+    # an activation to the neighbouring int8 value, hence a tolerance above float32's.
+    real = np.asarray(TARGETS[:, position] != 0)                      # padding is masked there
+    np.testing.assert_allclose(logits.logits.T[real], full[real, position],
+                               atol=1e-3 * np.abs(full).max())
+    tokens = TARGETS[:, position]
+
+
+def test_float32_params_are_refused_by_the_float_config_and_training_refuses_int8():
+  with pytest.raises(ValueError, match="quantize_params makes int8 params"):
+    quantized.quantize_params(CFG.model, _params(CFG))
+  with pytest.raises(ValueError, match="quantization='int8' is for decoding only"):
+    builder.build(_int8(CFG))
+  with pytest.raises(ValueError, match="cannot be combined with dtype='bfloat16'"):
+    _int8(CFG).replace(dtype="bfloat16")
