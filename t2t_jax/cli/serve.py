@@ -49,6 +49,10 @@ def _parser() -> argparse.ArgumentParser:
                       help="use the averaged checkpoint if there is one (--no-average: the latest)")
   parser.add_argument("--engine", choices=("jax", "ctranslate2"), default="jax",
                       help="what decodes (default jax; ctranslate2: the work directory's export)")
+  parser.add_argument("--int8", action="store_true",
+                      help="--engine jax: int8 weights and activations in the Dense products and "
+                           "the output projection (t2t-translate --int8); translations may "
+                           "differ slightly from float32's")
   flags.add_search_flags(parser)   # --beam_size: a request's default
   parser.add_argument("--shortlist", action="store_true",
                       help="--engine jax: pick each batch's outputs among the candidates of the "
@@ -109,6 +113,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   if args.shortlist and args.engine != "jax":
     raise ValueError("--shortlist is for --engine jax (CTranslate2 reads the exported vmap.txt "
                      "with use_vmap=True)")
+  if args.int8 and args.engine != "jax":
+    raise ValueError("--int8 is for --engine jax (the ctranslate2 engine decodes in float32)")
   try:
     from t2t_jax.serve import app as app_lib  # pylint: disable=import-outside-toplevel
     from t2t_jax.serve import engines  # pylint: disable=import-outside-toplevel
@@ -118,7 +124,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         f"{e}: the serve extra is not installed: {errors.install('serve')}") from None
   compile_cache.enable()
   translator = inference.Translator(args.checkpoint or args.workdir, average=args.average,
-                                    programs=True, shortlist=args.shortlist,
+                                    int8=args.int8, programs=True, shortlist=args.shortlist,
                                     **flags.search_overrides(args))
   engine = _engine(args, translator)
   settings = engines.Settings(beam_size=translator.cfg.beam_size)

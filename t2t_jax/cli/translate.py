@@ -160,6 +160,10 @@ def _parser(cfg: Optional[configs.TransformerConfig] = None) -> argparse.Argumen
   speed.add_argument("--dtype", choices=("float32", "bfloat16"),
                      help="compute dtype (parameters stay float32); "
                           + flags.config_default(cfg, "dtype"))
+  speed.add_argument("--int8", action="store_true",
+                     help="int8 weights (quantised at load) and activations in the Dense "
+                          "products and the output projection, the rest float32; faster on a "
+                          "CPU, translations may differ slightly from float32's")
   return parser
 
 
@@ -223,7 +227,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
     platform.select(args.device)  # before anything runs on a device
   compile_cache.enable()  # before anything compiles; T2T_JAX_COMPILATION_CACHE=off disables
   translator = inference.Translator(args.workdir, average=args.average, ensemble=args.ensemble,
-                                    dtype=args.dtype, programs=args.programs or args.store_programs,
+                                    dtype=args.dtype, int8=args.int8,
+                                    programs=args.programs or args.store_programs,
                                     shortlist=args.shortlist, **_search_settings(args))
   if args.store_programs:
     count = translator.store_programs()

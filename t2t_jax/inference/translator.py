@@ -44,6 +44,7 @@ from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import search as search_lib
 from t2t_jax.inference import long_inputs as long_inputs_lib
 from t2t_jax.inference import streaming
+from t2t_jax.model import quantized
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import stored_programs
 from t2t_jax.runtime import workdir as workdir_lib
@@ -67,7 +68,8 @@ def load_model(path: str | os.PathLike, average: bool = True, **overrides: Any
 
   The model is an `ensemble.Member` (the config's `.model` and the params); the
   run config gives the decoding defaults. `overrides`: config fields to change
-  for decoding, e.g. beam_size=1.
+  for decoding, e.g. beam_size=1, or quantization="int8" (the params quantised
+  here, once).
   """
   workdir = averaging.checkpoint_workdir(path) or pathlib.Path(path)
   if not workdir.is_dir():
@@ -78,7 +80,15 @@ def load_model(path: str | os.PathLike, average: bool = True, **overrides: Any
     params = averaging.load_checkpoint_params(path)
   else:
     params = averaging.load_params(workdir, averaged=average)
-  return cfg, ensemble.Member(cfg.model, params), tokenizer
+  return cfg, ensemble.Member(cfg.model, _member_params(cfg, params)), tokenizer
+
+
+def _member_params(cfg: configs.TransformerConfig, params: Params) -> Params:
+  """A trained model's float32 params as the model `cfg` decodes with them: quantised
+  once where `cfg.quantization` asks (model/quantized.py), else as they are."""
+  if cfg.quantization is None:
+    return params
+  return quantized.quantize_params(cfg.model, params)
 
 
 def _check_same_vocabulary(first: str, tokenizer: vocab.Tokenizer, cfg: configs.TransformerConfig,
@@ -101,12 +111,16 @@ class Translator:
 
   def __init__(self, workdir: str | os.PathLike, average: bool = True,
                ensemble: Sequence[str | os.PathLike] = (), dtype: Optional[str] = None,
-               programs: bool = False, shortlist: bool = False, **overrides: Any):
+               int8: bool = False, programs: bool = False, shortlist: bool = False,
+               **overrides: Any):
     """`workdir`: a work directory or a checkpoint in one; `ensemble`: more of them.
 
     `average`: a work directory's averaged params if present (else its latest
     checkpoint's). `dtype`: every model's compute dtype ("float32", "bfloat16";
-    default: each config's). `overrides`: config fields to change for decoding,
+    default: each config's). `int8`: every model decodes with int8 products
+    (config quantization="int8": the Dense products and the output projection in
+    int8 x int8 -> int32, the rest float32; translations may differ slightly from
+    float32's). `overrides`: config fields to change for decoding,
     e.g. beam_size=1; the first model's config gives the decoding defaults.
     `programs`: compiled decoding programs are loaded from the work directory's
     `programs/` and what is compiled is stored there (`self.programs`,
@@ -115,7 +129,8 @@ class Translator:
     the candidates of the work directory's lexical shortlist (data/shortlist.py,
     built by `t2t-shortlist`), normalised over them.
     """
-    same = {} if dtype is None else {"dtype": dtype}
+    same = {**({} if dtype is None else {"dtype": dtype}),
+            **({"quantization": "int8"} if int8 else {})}
     self.cfg, first, tokenizer = load_model(workdir, average, **overrides, **same)
     members = [first]
     for path in ensemble:
@@ -132,10 +147,12 @@ class Translator:
   def from_params(cls, cfg: configs.TransformerConfig, params: Params,
                   tokenizer: vocab.Tokenizer,
                   programs: Optional[stored_programs.Store] = None) -> "Translator":
-    """One model already in memory (no work directory), e.g. a run's params after training;
-    `programs`: a store of compiled decoding programs to load from and add to."""
+    """One model already in memory (no work directory), e.g. a run's params after training
+    (float32; quantised here where `cfg.quantization` asks); `programs`: a store of
+    compiled decoding programs to load from and add to."""
     translator = cls.__new__(cls)
-    translator._hold(cfg, [ensemble.Member(cfg.model, params)], tokenizer, programs)
+    translator._hold(cfg, [ensemble.Member(cfg.model, _member_params(cfg, params))], tokenizer,
+                     programs)
     return translator
 
   def _hold(self, cfg: configs.TransformerConfig, members: list[ensemble.Member],

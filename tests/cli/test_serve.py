@@ -74,3 +74,15 @@ def test_the_shortlist_reaches_the_jax_engine_and_is_one_line_elsewhere(trained_
                  workdir / shortlist.FILE)
   serve.main(["--workdir", str(workdir), "--shortlist"])
   assert started["engine"].translator.shortlist is not None
+
+
+def test_int8_reaches_the_jax_engines_model_and_is_refused_for_ctranslate2(trained_workdir,
+                                                                           started):
+  serve.main(["--workdir", str(trained_workdir), "--int8"])
+  translator = started["engine"].translator
+  assert translator.cfg.quantization == "int8"
+  assert translator.params["output_projection"].values.dtype == "int8"
+  started.clear()
+  with pytest.raises(SystemExit, match="--int8 is for --engine jax"):
+    serve.main(["--workdir", str(trained_workdir), "--engine", "ctranslate2", "--int8"])
+  assert not started

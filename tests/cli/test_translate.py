@@ -310,6 +310,24 @@ def test_device_dtype_and_output_limits_reach_the_search(workdir, tmp_path, monk
     _run(workdir, tmp_path, "--device", "tpu")
 
 
+def test_int8_reaches_the_model_and_refuses_bfloat16(workdir, tmp_path, monkeypatch):
+  calls = []
+  search = batch_decoder._beam_decode  # pylint: disable=protected-access
+
+  def spy(params, inputs, max_lens, **settings):
+    calls.append((params, settings))
+    return search(params, inputs, max_lens, **settings)
+
+  monkeypatch.setattr(batch_decoder, "_beam_decode", spy)
+  rows = _run(workdir, tmp_path, "--int8", "--no-programs")
+  assert len(rows) == len(SHORT) and calls
+  for params, settings in calls:
+    assert all(m.quantization == "int8" for m in settings["models"])
+    assert all(p["output_projection"].values.dtype == np.int8 for p in params)
+  with pytest.raises(SystemExit, match="cannot be combined with dtype='bfloat16'"):
+    _run(workdir, tmp_path, "--int8", "--dtype", "bfloat16")
+
+
 def test_stored_programs_are_loaded_not_compiled_and_translate_the_same(random_workdir, tmp_path,
                                                                         monkeypatch, caplog):
   # Without the programs the other commands here stored in it.

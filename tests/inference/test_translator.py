@@ -46,3 +46,19 @@ def test_from_params_translates_as_the_work_directory_does(trained_workdir):
   assert expected[1] == "" and all(expected[::2])
   assert held.translate(lines) == expected
   assert held.members[0].cfg == loaded.cfg.model and len(held.members) == 1
+
+
+def test_int8_translates_mostly_as_float32(trained_workdir):
+  """int8 products change the logits by their rounding (tests/model/test_quantized.py), which
+  may flip a near tie: most held-out sentences, not all, must come out the same. Every
+  input and key is fixed, so the count is the same at every run on one machine."""
+  import trained  # pylint: disable=import-outside-toplevel  (tests/ is on sys.path)
+  lines = trained.held_out_sources(16)
+  float32 = inference.Translator(trained_workdir)
+  int8 = inference.Translator(trained_workdir, int8=True)
+  assert int8.cfg.quantization == "int8" and int8.members[0].cfg.quantization == "int8"
+  assert int8.params["output_projection"].values.dtype == np.int8
+  expected, got = float32.translate(lines), int8.translate(lines)
+  assert all(got) and sum(a == b for a, b in zip(expected, got)) >= 12
+  held = inference.Translator.from_params(int8.cfg, float32.params, float32.tokenizer)
+  assert held.translate(lines[:4]) == got[:4]
