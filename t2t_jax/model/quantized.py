@@ -32,6 +32,13 @@ def _output_embedding(cfg: ModelConfig, flat_params: dict[tuple[str, ...], Any])
   return flat_params[(name, "embedding")]
 
 
+# One program per kernel shape (a base model has four), not one per operation and shape.
+@functools.partial(jax.jit, static_argnames="transpose")
+def _quantize(weights: jax.Array, transpose: bool = True) -> int8.Int8Kernel:
+  """weights [in, out] (`transpose`) or [out, in] -> `int8.Int8Kernel` [out, in]."""
+  return ops.int8_weights(weights.T if transpose else weights)
+
+
 def quantize_params(cfg: ModelConfig, params: Params) -> Params:
   """A float32 model's params -> the params of the model `cfg` (quantization "int8") builds.
 
@@ -47,11 +54,10 @@ def quantize_params(cfg: ModelConfig, params: Params) -> Params:
   quantized = {}
   for path, want in target.items():
     if path == ("output_projection",):
-      quantized[path] = ops.int8_weights(_output_embedding(cfg, source))
+      quantized[path] = _quantize(_output_embedding(cfg, source), transpose=False)
     elif isinstance(want, int8.Int8Kernel):
       n_out, n_in = want.values.shape
-      weights = source[path].reshape(n_in, n_out)                      # [*in, *out] -> [in, out]
-      quantized[path] = ops.int8_weights(weights.T)
+      quantized[path] = _quantize(source[path].reshape(n_in, n_out))  # [*in, *out] -> [in, out]
     elif path in source and source[path].shape == want.shape:
       quantized[path] = source[path]
     else:

@@ -15,6 +15,7 @@ import pytest
 
 from t2t_jax import configs
 from t2t_jax.kernels import int8
+from t2t_jax.kernels import ops
 from t2t_jax.model import quantized
 from t2t_jax.model import transformer
 from t2t_jax.train import builder
@@ -81,6 +82,12 @@ def test_int8_logits_are_close_to_float32s(cfg):
   assert np.abs(logits - float_logits).max() <= 0.05 * spread
   # Not float32 itself: the products did run quantised.
   assert np.abs(logits - float_logits).max() > 1e-6 * spread
+  # The output projection is the int8 one.
+  hidden, kernel = transformer.Transformer(_int8(cfg).model).apply(
+      {"params": quantized.quantize_params(_int8(cfg).model, _params(cfg))}, INPUTS, TARGETS,
+      method=transformer.Transformer.features)
+  assert isinstance(kernel, int8.Int8Kernel)
+  np.testing.assert_array_equal(logits, ops.project_logits(hidden, kernel))
 
 
 def test_int8_cached_decoding_is_its_full_forward_pass():
