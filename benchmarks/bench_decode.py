@@ -46,9 +46,11 @@ both rank hypotheses the same way; the translations are compared too); without,
 the first of `--configs` with random parameters decodes random ids with EOS
 switched off, `--output_len` tokens each (CTranslate2: min = max decoding length).
 Rows: ours as `decode_ids` runs (two batches in flight) and, with `--workdir`,
-one batch at a time (`in_flight=1`); CTranslate2 with all cores on one batch
-(its usual CPU setting) and, marked xN, N batches at once, one core each
-(inter_threads, the counterpart of our in_flight).
+one batch at a time (`in_flight=1`); ours with int8 products (`quantization="int8"`,
+t2t-translate --int8: the params quantised once, before timing; "same as ours" counts
+its outputs equal to float32's); CTranslate2 with all cores on one batch (its usual
+CPU setting) and, marked xN, N batches at once, one core each (inter_threads, the
+counterpart of our in_flight). The last line is our int8 speed over CTranslate2 int8's.
 `--shortlist` (random parameters only) adds a lexical shortlist
 (data/shortlist.py) on the same ids in both engines: a synthetic table, seeded,
 of `--shortlist_per_source` random target ids for each source id and
@@ -553,8 +555,8 @@ def _trained_workload(args):
   pieces = [[tokens[i] for i in source + [EOS_ID]] for source in sources]
   max_length = max(exported_search.output_limits(cfg, [s + [EOS_ID] for s in sources]))
 
-  def ours(**settings):
-    return sentence_batches.decode_ids(cfg, params, sources, batch_size=args.batch_size,
+  def ours(model=(cfg, params), **settings):
+    return sentence_batches.decode_ids(*model, sources, batch_size=args.batch_size,
                                        beam_size=args.beam_size, alpha=0.0, **settings)
 
   def theirs(translator):
@@ -593,8 +595,8 @@ def _random_workload(args):
   tokens = ["<pad>", "</s>", "<unk>"] + [f"<unused{i}>" for i in range(3, cfg.vocab_size)]
   pieces = [[tokens[i] for i in row] + ["</s>"] for row in sources]   # as inputs: with EOS
 
-  def ours(shortlist=None):
-    found = _search(params, inputs, shortlist, cfg=cfg, beam_size=args.beam_size,
+  def ours(shortlist=None, model=(cfg, params)):
+    found = _search(model[1], inputs, shortlist, cfg=model[0], beam_size=args.beam_size,
                     output_len=args.output_len, cached=True)
     return [list(row) for row in np.asarray(found[0][:, 0])]
 
@@ -619,6 +621,7 @@ def ctranslate2_side_by_side(args) -> None:
   from t2t_jax.data import shortlist as shortlist_lib  # pylint: disable=import-outside-toplevel
   # pylint: disable-next=import-outside-toplevel
   from t2t_jax.export import ctranslate2 as ctranslate2_lib
+  from t2t_jax.model import quantized  # pylint: disable=import-outside-toplevel
   if args.shortlist and args.workdir:
     raise SystemExit("--shortlist runs the random workload (a synthetic table); drop --workdir")
   workload = _trained_workload if args.workdir else _random_workload
@@ -635,6 +638,10 @@ def ctranslate2_side_by_side(args) -> None:
   if args.workdir:  # several batches: also one at a time
     seconds, outputs = _best_of(functools.partial(ours, in_flight=1), args.repeats)
     rows.append(("ours, in_flight=1", seconds, outputs))
+  int8_cfg = cfg.replace(quantization="int8")
+  int8_model = (int8_cfg, quantized.quantize_params(int8_cfg.model, params))
+  seconds, outputs = _best_of(functools.partial(ours, model=int8_model), args.repeats)
+  rows.append(("ours (JAX, int8)", seconds, outputs))
   rows = [row + (reference,) for row in rows]
   table = _random_shortlist(args, cfg.vocab_size) if args.shortlist else None
   if table is not None:
@@ -662,6 +669,10 @@ def ctranslate2_side_by_side(args) -> None:
     same = sum(a == b for a, b in zip(expected, outputs))
     print(f"{name:30} {seconds:8.3f} {len(outputs) / seconds:8.1f} {count / seconds:9.0f} "
           f"{seconds / rows[0][1]:10.2f}x {same:7d}/{len(outputs)}", flush=True)
+  times = {row[0]: row[1] for row in rows}
+  theirs_int8 = min(t for name, t in times.items() if name.startswith("CTranslate2 int8"))
+  print(f"ours int8 / CTranslate2 int8, speed (its faster row): "
+        f"{theirs_int8 / times['ours (JAX, int8)']:.2f}x")
 
 
 if __name__ == "__main__":

@@ -76,7 +76,7 @@ def quantize_rows(x: Array) -> tuple[Array, Array]:
 
 
 def int8_product(x: Array, kernel: Int8Kernel) -> Array:
-  """x [..., in] by the kernel's weights -> [..., out] float32, the product in int8 x int8 -> int32."""
+  """x [..., in] by the kernel's weights -> [..., out] float32, multiplied in int8 x int8 -> int32."""
   values, scale = quantize_rows(x)
   sums = jnp.einsum("...i,oi->...o", values, kernel.values,
                     preferred_element_type=jnp.int32)

@@ -89,7 +89,8 @@ class Int8Dense(nn.Module):
   @nn.compact
   def __call__(self, x: Array) -> Array:
     features = self.features if isinstance(self.features, tuple) else (self.features,)
-    batch, n_in, n_out = x.shape[:-self.inputs], math.prod(x.shape[-self.inputs:]), math.prod(features)
+    batch, n_in = x.shape[:-self.inputs], math.prod(x.shape[-self.inputs:])
+    n_out = math.prod(features)
     kernel = self.param("kernel", lambda _: int8_lib.Int8Kernel(
         jnp.zeros((n_out, n_in), jnp.int8), jnp.ones((n_out,), jnp.float32)))
     y = ops.int8_dense(x.reshape(*batch, n_in), kernel)               # [..., prod(features)]

@@ -78,7 +78,8 @@ SMOKE = {
                                        expect="the Flax WMT example's beam search",
                                        needs="flax_wmt"),
     "bench_decode.py --ctranslate2": dict(args=["--ctranslate2", *TINY_DECODE],
-                                          expect="CTranslate2 int8", needs="export"),
+                                          expect="ours int8 / CTranslate2 int8, speed",
+                                          needs="export"),
     "bench_decode.py --ctranslate2 --shortlist": dict(
         args=["--ctranslate2", "--shortlist", *TINY_DECODE], expect="CTranslate2 int8 + vmap",
         needs="export"),

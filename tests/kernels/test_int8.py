@@ -1,4 +1,4 @@
-"""kernels/int8.py: int8 products against the float32 product, within the quantisation's rounding."""
+"""kernels/int8.py: int8 products against the float32 one, within the quantisation's rounding."""
 
 import jax.numpy as jnp
 import numpy as np

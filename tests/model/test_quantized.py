@@ -63,7 +63,8 @@ def test_quantized_params_are_the_int8_models(cfg):
 def test_each_int8_kernel_is_its_float_kernel_quantised():
   float_params, params = _params(CFG), quantized.quantize_params(_int8(CFG).model, _params(CFG))
   for path in [("decoder", "layers_1", "cross_attention", "query"),
-               ("encoder", "layers_0", "self_attention", "out"), ("decoder", "layers_0", "ffn", "wo")]:
+               ("encoder", "layers_0", "self_attention", "out"),
+               ("decoder", "layers_0", "ffn", "wo")]:
     sub = functools.reduce(lambda tree, key: tree[key], path, float_params)["kernel"]
     kernel = functools.reduce(lambda tree, key: tree[key], path, params)["kernel"]
     n_out = kernel.scale.shape[0]
