@@ -50,7 +50,7 @@ one batch at a time (`in_flight=1`); ours with int8 products (`quantization="int
 t2t-translate --int8: the params quantised once, before timing; "same as ours" counts
 its outputs equal to float32's); CTranslate2 with all cores on one batch (its usual
 CPU setting) and, marked xN, N batches at once, one core each (inter_threads, the
-counterpart of our in_flight). The last line is our int8 speed over CTranslate2 int8's.
+counterpart of our in_flight). The last lines are our speed over CTranslate2's in each mode.
 `--shortlist` (random parameters only) adds a lexical shortlist
 (data/shortlist.py) on the same ids in both engines: a synthetic table, seeded,
 of `--shortlist_per_source` random target ids for each source id and
@@ -58,7 +58,8 @@ of `--shortlist_per_source` random target ids for each source id and
 Marian's users give: 20-100 per source, 100-500 frequent), as ours decodes it
 (the batch's candidates padded to a shortlist size) and as CTranslate2's
 vmap.txt (`use_vmap=True`). Rows "ours + shortlist" and "... + vmap"; the
-latter's "same as ours" counts the outputs equal to ours + shortlist.
+latter's "same as ours" counts the outputs equal to ours + shortlist, as does "ours int8 +
+shortlist"'s.
 """
 
 from __future__ import annotations
@@ -649,6 +650,9 @@ def ctranslate2_side_by_side(args) -> None:
     candidates = jax.device_put(table.batch_ids(batch))
     seconds, shortlisted = _best_of(functools.partial(ours, candidates), args.repeats)
     rows.append((f"ours + shortlist ({len(candidates)})", seconds, shortlisted, shortlisted))
+    seconds, outputs = _best_of(functools.partial(ours, candidates, model=int8_model),
+                                args.repeats)
+    rows.append(("ours int8 + shortlist", seconds, outputs, shortlisted))
     print(f"shortlist: {table.per_source.shape[1]} random ids per source id + "
           f"{len(table.frequent)} frequent: {len(table.candidates(batch))} candidates, padded "
           f"to {len(candidates)}; the '+ vmap' rows are compared with ours + shortlist")
@@ -670,9 +674,18 @@ def ctranslate2_side_by_side(args) -> None:
     print(f"{name:30} {seconds:8.3f} {len(outputs) / seconds:8.1f} {count / seconds:9.0f} "
           f"{seconds / rows[0][1]:10.2f}x {same:7d}/{len(outputs)}", flush=True)
   times = {row[0]: row[1] for row in rows}
-  theirs_int8 = min(t for name, t in times.items() if name.startswith("CTranslate2 int8"))
-  print(f"ours int8 / CTranslate2 int8, speed (its faster row): "
-        f"{theirs_int8 / times['ours (JAX, int8)']:.2f}x")
+
+  def speed(ours_name: str, theirs_prefix: str, vmap: bool) -> None:
+    """Our row's speed over the engine's faster setting (one batch, or a batch per core)."""
+    theirs = min(t for name, t in times.items()
+                 if name.startswith(theirs_prefix) and name.endswith(" + vmap") == vmap)
+    print(f"{ours_name} / {theirs_prefix}{' + vmap' if vmap else ''}, speed (its faster "
+          f"row): {theirs / times[ours_name]:.2f}x")
+
+  speed("ours (JAX, float32)", "CTranslate2 float32", False)
+  speed("ours (JAX, int8)", "CTranslate2 int8", False)
+  if table is not None:
+    speed("ours int8 + shortlist", "CTranslate2 int8", True)
 
 
 if __name__ == "__main__":

@@ -4,4 +4,5 @@
 """
 
 # Its public modules (any other module is a part of these).
-__all__ = ["buckets", "dataset", "demo", "packing", "shortlist", "textio", "vocab"]
+__all__ = ["buckets", "dataset", "demo", "multi30k", "packing", "shortlist", "sources", "textio",
+           "vocab"]

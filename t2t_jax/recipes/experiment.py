@@ -140,6 +140,11 @@ def describe(name: str) -> str:
     lines += ["hardware: any CPU; minutes on a 2-core CPU",
               "expected: the wall time and test sacreBLEU measured in "
               'docs/benchmarks.md, "The demo and the compilation cache"']
+  elif name == "multi30k":
+    lines[-1] = "command:  python experiments/multi30k.py --workdir=runs/multi30k"
+    section = 'docs/benchmarks.md, "Multi30k: int8 and the shortlist, quality and speed"'
+    lines += ["hardware: any CPU; about an hour on a 2-core CPU",
+              f"expected: the test sacreBLEU measured in {section}"]
   elif name == "parsing":
     lines += [f"expected: WSJ section 23 F1 {paper.PARSING_F1['wsj_only']} (WSJ only), "
               f"{paper.PARSING_F1['semi_supervised']} (semi-supervised)"]

@@ -81,7 +81,7 @@ SMOKE = {
                                           expect="ours int8 / CTranslate2 int8, speed",
                                           needs="export"),
     "bench_decode.py --ctranslate2 --shortlist": dict(
-        args=["--ctranslate2", "--shortlist", *TINY_DECODE], expect="CTranslate2 int8 + vmap",
+        args=["--ctranslate2", "--shortlist", *TINY_DECODE], expect="ours int8 + shortlist / CTranslate2 int8 + vmap",
         needs="export"),
     "bench_memory.py": dict(args=["--configs=demo", "--tokens=128", "--length=16"],
                             expect="| demo | float32 | 128 |"),

@@ -1,0 +1,43 @@
+"""experiments/multi30k.py's command on a tiny stand-in corpus served from a folder
+(file:// URLs: no network): fetch, train, translate the test set each way, score it."""
+
+import gzip
+import json
+
+from t2t_jax.cli import multi30k
+from t2t_jax.data import demo
+from t2t_jax.data import multi30k as multi30k_lib
+
+# A model that trains a few steps in seconds (as tests/cli/test_train.py's).
+TINY = ["--config.num_layers=1", "--config.d_model=32", "--config.d_ff=64",
+        "--config.num_heads=2", "--config.vocab_size=200", "--config.tokens_per_batch=512",
+        "--config.max_tokens_per_device=512", "--config.eval_every_steps=2",
+        "--config.checkpoint_every_steps=2", "--config.max_decode_extra=4",
+        "--config.average_last=2"]
+
+
+def test_fetch_train_and_compare_modes(tmp_path, monkeypatch):
+  pairs = demo.generate(400, seed=1, min_words=3, max_words=6)
+  chunks = {"train": pairs[40:], "val": pairs[:20], "test_2016_flickr": pairs[20:40]}
+  monkeypatch.setattr(multi30k_lib, "SPLITS", {
+      split: (stem, len(chunks[stem])) for split, (stem, _) in multi30k_lib.SPLITS.items()})
+  raw = tmp_path / "raw"
+  raw.mkdir()
+  for stem, chunk in chunks.items():
+    for side, lang in enumerate(multi30k_lib.LANGUAGES):
+      (raw / f"{stem}.{lang}.gz").write_bytes(
+          gzip.compress("".join(p[side] + "\n" for p in chunk).encode()))
+  workdir = tmp_path / "run"
+  argv = [f"--workdir={workdir}", f"--data_dir={tmp_path / 'data'}",
+          f"--base_url={raw.as_uri()}/", "--modes=float32", "--repeats=1",
+          *TINY, "--config.num_train_steps=4"]
+  out = multi30k.main(argv)
+  assert out["train"]["steps"] == 4
+  modes = json.loads((workdir / "modes.json").read_text())
+  assert list(modes) == ["float32"]
+  assert modes["float32"]["lines"] == 20 and modes["float32"]["same_as_float32"] == 20
+  assert modes["float32"]["bleu"]["sacrebleu"] is not None
+  hyps = (workdir / "test.float32.hyp").read_text().splitlines()
+  assert len(hyps) == 20
+  # The recipe's test file is the fetched one, and t2t-train scored that same file.
+  assert hyps == (workdir / "test.hyp").read_text().splitlines()
