@@ -7,6 +7,7 @@ import json
 from t2t_jax.cli import multi30k
 from t2t_jax.data import demo
 from t2t_jax.data import multi30k as multi30k_lib
+from t2t_jax.inference import translator as translator_lib
 
 # A model that trains a few steps in seconds (as tests/cli/test_train.py's).
 TINY = ["--config.num_layers=1", "--config.d_model=32", "--config.d_ff=64",
@@ -27,16 +28,30 @@ def test_fetch_train_and_compare_modes(tmp_path, monkeypatch):
     for side, lang in enumerate(multi30k_lib.LANGUAGES):
       (raw / f"{stem}.{lang}.gz").write_bytes(
           gzip.compress("".join(p[side] + "\n" for p in chunk).encode()))
+  made = []                                   # each mode's Translator keywords
+
+  class Recording(translator_lib.Translator):
+    def __init__(self, workdir, **settings):
+      made.append(settings)
+      super().__init__(workdir, **settings)
+
+  monkeypatch.setattr(translator_lib, "Translator", Recording)
   workdir = tmp_path / "run"
   argv = [f"--workdir={workdir}", f"--data_dir={tmp_path / 'data'}",
-          f"--base_url={raw.as_uri()}/", "--modes=float32", "--repeats=1",
+          f"--base_url={raw.as_uri()}/", "--modes=float32,int8+shortlist", "--repeats=1",
           *TINY, "--config.num_train_steps=4"]
   out = multi30k.main(argv)
   assert out["train"]["steps"] == 4
   modes = json.loads((workdir / "modes.json").read_text())
-  assert list(modes) == ["float32"]
+  assert sorted(modes) == ["float32", "int8+shortlist"]
   assert modes["float32"]["lines"] == 20 and modes["float32"]["same_as_float32"] == 20
   assert modes["float32"]["bleu"]["sacrebleu"] is not None
+  # The shortlist was built from the run's training pairs; int8 + shortlist scored apart.
+  assert (workdir / "vocab" / "shortlist.npz").is_file()
+  assert made == [{}, {"int8": True, "shortlist": True}]
+  both = modes["int8+shortlist"]
+  assert both["lines"] == 20 and 0 <= both["same_as_float32"] <= 20
+  assert len((workdir / "test.int8+shortlist.hyp").read_text().splitlines()) == 20
   hyps = (workdir / "test.float32.hyp").read_text().splitlines()
   assert len(hyps) == 20
   # The recipe's test file is the fetched one, and t2t-train scored that same file.
