@@ -78,10 +78,11 @@ SMOKE = {
                                        expect="the Flax WMT example's beam search",
                                        needs="flax_wmt"),
     "bench_decode.py --ctranslate2": dict(args=["--ctranslate2", *TINY_DECODE],
-                                          expect="ours int8 / CTranslate2 int8, speed",
+                                          expect="ours (JAX, int8) / CTranslate2 int8, speed",
                                           needs="export"),
     "bench_decode.py --ctranslate2 --shortlist": dict(
-        args=["--ctranslate2", "--shortlist", *TINY_DECODE], expect="ours int8 + shortlist / CTranslate2 int8 + vmap",
+        args=["--ctranslate2", "--shortlist", *TINY_DECODE],
+        expect="ours int8 + shortlist / CTranslate2 int8 + vmap",
         needs="export"),
     "bench_memory.py": dict(args=["--configs=demo", "--tokens=128", "--length=16"],
                             expect="| demo | float32 | 128 |"),
