@@ -75,6 +75,21 @@ def _host_copy(tree: PyTree) -> PyTree:
   return jax.tree.map(copy, jax.device_get(tree))
 
 
+def _shape_mismatch(restored: PyTree, target: PyTree) -> str:
+  """The first array whose saved shape is not the target's, said in words; "" if none.
+
+  Orbax restores an array of another shape into a target without a word (a run
+  resumed with another d_model would fail later, inside the model), so the
+  shapes are compared here.
+  """
+  leaves = jax.tree_util.tree_leaves_with_path(target)
+  for (path, want), got in zip(leaves, jax.tree.leaves(restored)):
+    if tuple(np.shape(got)) != tuple(want.shape):
+      return (f"{jax.tree_util.keystr(path)} is {tuple(np.shape(got))} there, "
+              f"{tuple(want.shape)} in the given state")
+  return ""
+
+
 def _abstract(tree: PyTree) -> PyTree:
   """Shape/dtype-only target without sharding, so that restoring yields host arrays."""
   def spec(x):
@@ -288,6 +303,10 @@ class Checkpointer:
       try:
         restored = reader.restore(step, args=ocp.args.Composite(
             state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
+        mismatch = _shape_mismatch(restored["state"], target)
+        if mismatch:
+          return None, read_failures.Failure(INCOMPATIBLE, str(self.directory / str(step)),
+                                             mismatch, attempt)
         return (restored["state"], dict(restored["meta"]["extras"])), None
       except Exception as e:  # pylint: disable=broad-except  (classify decides)
         kind = classify(e)

@@ -174,6 +174,18 @@ def test_incompatible_target_raises_and_moves_nothing(tmp_path):
   assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["1", "2"]
 
 
+def test_target_of_other_shapes_raises_and_moves_nothing(tmp_path):
+  # Same structure, one array wider: what a run resumed with another d_model asks for.
+  save_steps(tmp_path, [1, 2])
+  state = make_state(0)
+  wider = state.replace(params={**state.params, "embed": jnp.zeros((40, 24))})
+  with checkpoint.Checkpointer(tmp_path, CFG) as ckpt:
+    with pytest.raises(ValueError, match=r"step 2 .*\['embed'\] is \(40, 16\) there, "
+                                         r"\(40, 24\) in the given state.*new workdir"):
+      ckpt.restore_latest(jax.eval_shape(lambda: wider))
+  assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["1", "2"]
+
+
 def test_unfinished_save_of_a_killed_run_is_ignored_and_removed(tmp_path):
   save_steps(tmp_path, [1, 2])
   directory = tmp_path / "checkpoints"
