@@ -62,3 +62,14 @@ def test_int8_translates_mostly_as_float32(trained_workdir):
   assert all(got) and sum(a == b for a, b in zip(expected, got)) >= 12
   held = inference.Translator.from_params(int8.cfg, float32.params, float32.tokenizer)
   assert held.translate(lines[:4]) == got[:4]
+
+
+def test_an_int8_ensemble_quantises_every_member(trained_workdir):
+  """Each member is loaded as int8; a model beside itself (row-major logits, the ensemble's
+  int8 projection) translates as it does alone."""
+  import trained  # pylint: disable=import-outside-toplevel  (tests/ is on sys.path)
+  lines = trained.held_out_sources(4)
+  pair = inference.Translator(trained_workdir, ensemble=[trained_workdir], int8=True)
+  assert [m.cfg.quantization for m in pair.members] == ["int8", "int8"]
+  assert all(m.params["output_projection"].values.dtype == np.int8 for m in pair.members)
+  assert pair.translate(lines) == inference.Translator(trained_workdir, int8=True).translate(lines)
