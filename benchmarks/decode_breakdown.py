@@ -1,6 +1,6 @@
 """Where a beam-search decoding step's time goes on this machine: measured parts of one step.
 
-    python benchmarks/decode_breakdown.py [--configs=base] [--sentences=16] [--output_len=40]
+    python benchmarks/decode_breakdown.py [--config=base] [--sentences=16] [--output_len=40]
         [--beam_size=4] [--shortlist=6144] [--repeats=3]
     ... --smoke   # a toy model: does the script run? (figures meaningless)
 
@@ -164,7 +164,7 @@ def measure(args, cfg, params, ids) -> dict[str, float]:
 
 def main() -> None:
   parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
-  parser.add_argument("--configs", default="base", help="the preset")
+  parser.add_argument("--config", default="base", help="the preset")
   parser.add_argument("--sentences", type=int, default=16)
   parser.add_argument("--source_len", type=int, default=20, help="source ids, EOS included")
   parser.add_argument("--output_len", type=int, default=40)
@@ -174,7 +174,7 @@ def main() -> None:
   parser.add_argument("--repeats", type=int, default=3)
   parser.add_argument("--smoke", action="store_true", help="a toy model: does the script run?")
   args = parser.parse_args()
-  run_cfg = configs.get_config(args.configs, **(SMOKE_MODEL if args.smoke else {}))
+  run_cfg = configs.get_config(args.config, **(SMOKE_MODEL if args.smoke else {}))
   params = jax.device_get(jax.jit(functools.partial(transformer.init_params, run_cfg.model))(
       jax.random.key(0)))
   int8_cfg = run_cfg.replace(quantization="int8").model
@@ -185,7 +185,7 @@ def main() -> None:
   outputs = {vocab: None, **({size: jnp.arange(3, 3 + size, dtype=jnp.int32)} if size > 0 else {})}
   print(f"device: {jax.devices()[0].platform} ({os.cpu_count()} cores), jax {jax.__version__}, "
         f"load average {os.getloadavg()[0]:.1f}")
-  print(f"{args.configs}{' (smoke)' if args.smoke else ''}: {args.sentences} sentences x "
+  print(f"{args.config}{' (smoke)' if args.smoke else ''}: {args.sentences} sentences x "
         f"{args.beam_size} beams = {args.sentences * args.beam_size} rows, {args.output_len} "
         f"steps, caches of {args.output_len} positions; ms per step")
   print(f"{'model':8} {'output rows':>11} " + " ".join(f"{p:>14}" for p in (*PARTS, "rest")))
