@@ -11,8 +11,11 @@ from t2t_jax.runtime import workdir as workdir_lib
 
 
 @pytest.fixture(scope="session")
-def ours(trained_workdir):
-  """Config, params, tokenizer, held-out sources and our beam-4 alpha-0 translations."""
+def ours(extras, trained_workdir):  # pylint: disable=unused-argument
+  """Config, params, tokenizer, held-out sources and our beam-4 alpha-0 translations.
+
+  Every test that compares them needs the export extra: without it they skip here,
+  before the model is trained (if no other test has) and the sentences decoded."""
   n = agreement.NUM_SENTENCES
   cfg = workdir_lib.load_config(trained_workdir)
   params = averaging.load_params(trained_workdir)
