@@ -14,7 +14,7 @@ of `--output_len` steps in one program, in milliseconds per step:
                   the cross-attention query, the feed-forward pair) and the output
                   projection alone: the model's own kernels and weights, in the
                   step's order, the activations quantised per row in int8
-  self-attention  `step_attention.self_attention` alone over every layer's caches
+  self-attention  `attention.self_attention` alone over every layer's caches
   rest            step - products - self-attention (cross-attention, LayerNorm,
                   embeddings, the cache writes)
 Random parameters and ids (seeded); the caches hold `--output_len` positions, as the
@@ -38,8 +38,9 @@ import numpy as np  # noqa: E402
 from t2t_jax import configs  # noqa: E402
 from t2t_jax.decoding import beam_search  # noqa: E402
 from t2t_jax.ids import EOS_ID  # noqa: E402
-from t2t_jax.kernels import int8, ops  # noqa: E402
-from t2t_jax.model import decode_cache, quantized, step_attention, transformer  # noqa: E402
+from t2t_jax.kernels import int8  # noqa: E402
+from t2t_jax.kernels import logits as logits_lib  # noqa: E402
+from t2t_jax.model import attention, decode_cache, quantized, transformer  # noqa: E402
 
 # --smoke: a toy model, to check that the script runs (its figures mean nothing).
 SMOKE_MODEL = dict(num_layers=1, d_model=32, d_ff=64, num_heads=2, vocab_size=64)
@@ -80,10 +81,10 @@ def _steps(cfg, params, inputs, ids, *, beam_size: int, steps: int):
 
 
 def _dense(x, kernels):
-  """The model's product: `ops.int8_dense` for int8 kernels, else x by the float32 kernels
+  """The model's product: `int8.int8_dense` for int8 kernels, else x by the float32 kernels
   side by side (as MultiHeadAttention fuses its float32 QKV), each flattened to [in, out]."""
   if isinstance(kernels[0], int8.Int8Kernel):
-    return ops.int8_dense(x, kernels)
+    return int8.int8_dense(x, kernels)
   kernels = [k.reshape(x.shape[-1], -1) for k in kernels]
   return jnp.dot(x, jnp.concatenate(kernels, axis=1))
 
@@ -104,20 +105,21 @@ def _products(cfg, params, hidden, ids, *, steps: int):
       x = x + _dense(jax.nn.relu(_dense(x, [kernel(layer, "ffn", "wi")])),
                      [kernel(layer, "ffn", "wo")])
       x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1.0)  # bounded
-    logits = ops.project_logits(x, output, "vocab_major", ids).logits       # [size, rows]
+    project = int8.project_logits if cfg.quantization == "int8" else logits_lib.project_logits
+    scores = project(x, output, "vocab_major", ids).logits                 # [size, rows]
     # Each row's best logit, as the search reads them: every logit is computed.
-    return x + 1e-6 * jnp.max(logits, axis=0)[:, None]
+    return x + 1e-6 * jnp.max(scores, axis=0)[:, None]
 
   return jax.lax.fori_loop(0, steps, body, hidden)
 
 
 def _self_attention(keys, values, queries, holds, *, steps: int):
-  """`step_attention.self_attention` over every layer's caches, `steps` times."""
+  """`attention.self_attention` over every layer's caches, `steps` times."""
   bias = jnp.zeros((1, 1, 1, keys[0].shape[-1]), jnp.float32)
 
   def body(_, q):
     for k, v in zip(keys, values):
-      q = q + 0.01 * step_attention.self_attention(q, k, v, holds, bias, jnp.float32)[:, 0]
+      q = q + 0.01 * attention.self_attention(q, k, v, holds, bias, jnp.float32)[:, 0]
     return q
 
   return jax.lax.fori_loop(0, steps, body, queries)
@@ -137,7 +139,7 @@ def _attention_operands(args, cfg, rng):
   keys = [normal(rows, heads, d_k, steps) for _ in range(cfg.num_layers)]
   values = [normal(rows, heads, steps, d_k) for _ in range(cfg.num_layers)]
   stored_in = jnp.asarray(rng.integers(0, args.beam_size, (rows, steps)), jnp.int32)
-  _, holds = step_attention.record_position(stored_in, steps - 1, args.sentences)
+  _, holds = attention.record_position(stored_in, steps - 1, args.sentences)
   return keys, values, normal(rows, heads, d_k), holds
 
 

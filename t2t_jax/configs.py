@@ -55,9 +55,9 @@ class TransformerConfig:
   dtype: str = _field("float32", "compute dtype: float32 or bfloat16; params stay float32")
   attention_window: Optional[int] = _field(
       None, "restricted self-attention radius r (Table 1); None: full attention")
-  # "fused": kernels/attention.py's fused_attention (cuDNN flash attention on NVIDIA GPUs
+  # "fused": kernels/fused_attention.py (cuDNN flash attention on NVIDIA GPUs
   # in bfloat16, attention_core elsewhere) where it applies, the reference where it must
-  # (attention maps, attention dropout, windows, d_k != d_v); kernels/ops.py chooses.
+  # (attention maps, attention dropout, windows, d_k != d_v); kernels/choice.py chooses.
   # "cudnn", "core" or "core_recompute" (attention_core keeping no probabilities: its
   # backward pass computes them again) name fused_attention's kernel whatever the backend
   # (t2t-compile sets them for its target: accelerators/kernels.py); "cudnn" that

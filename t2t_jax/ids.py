@@ -1,5 +1,5 @@
-"""The token-id convention shared by every module: one home for these numbers, and a
-decoded row read back as a sentence's ids (`strip_eos`).
+"""The numbers every module shares: the token-id convention, the finite stand-in for log 0,
+and a decoded row read back as a sentence's ids (`strip_eos`).
 
 0 is padding (and the decoder's start input: targets are shifted right with 0
 in front), 1 ends a sentence, 2 is an unknown piece. There is no BOS.
@@ -12,6 +12,12 @@ EOS_ID = 1
 UNK_ID = 2
 # A lexical shortlist's padding entry (data/shortlist.py): no id, never a token.
 FILLER = -1
+
+# The finite stand-in for log 0: a masked attention logit's bias and an impossible
+# token's log-probability. exp(-1e9 - max) underflows to exactly 0 in float32,
+# and sums of it (masks added together, scores of impossible hypotheses) stay
+# finite, so no softmax, sum or division of it makes NaN.
+NEG_INF = -1e9
 
 
 def strip_eos(tokens: Iterable[int]) -> list[int]:

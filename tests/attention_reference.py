@@ -1,5 +1,5 @@
-"""Helpers of the attention tests (kernels/test_attention.py, model/test_attention.py,
-model/test_step_attention.py, model/test_encoder_decoder.py):
+"""Helpers of the attention tests (kernels/test_fused_attention.py, model/test_attention.py,
+model/test_encoder_decoder.py):
 the textbook attention in NumPy and padded token ids."""
 
 import jax.numpy as jnp

@@ -105,39 +105,6 @@ def test_no_import_cycles():
     visit(module)
 
 
-def _kernel_names_used(path: pathlib.Path) -> set[tuple[str, str]]:
-  """(kernels module, name) for each name a file reads from t2t_jax/kernels/: `from
-  t2t_jax.kernels.m import name` and `m.name` where m was imported from t2t_jax.kernels."""
-  tree = ast.parse(path.read_text())
-  aliases, used = {}, set()
-  for node in ast.walk(tree):
-    if isinstance(node, ast.ImportFrom) and node.module == "t2t_jax.kernels":
-      aliases |= {alias.asname or alias.name: alias.name for alias in node.names}
-    elif isinstance(node, ast.ImportFrom) and (node.module or "").startswith("t2t_jax.kernels."):
-      used |= {(node.module.rsplit(".", 1)[1], alias.name) for alias in node.names}
-  for node in ast.walk(tree):
-    if (isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name)
-        and node.value.id in aliases):
-      used.add((aliases[node.value.id], node.attr))
-  return used
-
-
-def test_the_model_runs_no_kernel_but_through_ops():
-  """The model reads as the paper: one call per job (`ops.attention`, `ops.dropout`, ...), and
-  kernels/ops.py chooses the kernel. Of the kernel modules the model's modules read only
-  types and constants (`masks.Mask`, `logits.Logits`) and the masks' functions, never a
-  kernel or a reference by name."""
-  named = []
-  for path in sorted((PACKAGE / "model").glob("*.py")):
-    if path.name == "__init__.py":   # the package's re-exports for users, not the model's path
-      continue
-    for module, name in _kernel_names_used(path):
-      value = getattr(importlib.import_module(f"t2t_jax.kernels.{module}"), name)
-      if module not in ("ops", "masks") and callable(value) and not isinstance(value, type):
-        named.append(f"{path.relative_to(ROOT)}: {module}.{name}")
-  assert not named, "call these through kernels/ops.py: " + ", ".join(sorted(named))
-
-
 def _package_names(init: pathlib.Path) -> tuple[list[str] | None, set[str]]:
   """A package's `__all__` (None: not declared) and the names its __init__ binds."""
   declared, bound = None, set()

@@ -40,7 +40,8 @@ import jax.numpy as jnp
 
 from t2t_jax.decoding import next_token
 from t2t_jax.ids import EOS_ID, PAD_ID
-from t2t_jax.kernels.logits import NEG_INF, Logits
+from t2t_jax.ids import NEG_INF
+from t2t_jax.kernels.logits import Logits
 from t2t_jax.model import decode_cache
 
 Array = jax.Array

@@ -25,7 +25,7 @@ import jax.numpy as jnp
 from t2t_jax import configs
 from t2t_jax.decoding.beam_search import StepFn
 from t2t_jax.kernels import logits as logits_lib
-from t2t_jax.kernels import ops
+from t2t_jax.kernels import choice
 from t2t_jax.model import transformer
 
 Array = jax.Array
@@ -73,7 +73,7 @@ def step_function(members: Sequence[Member], shortlist: Optional[Array] = None) 
   `shortlist` [size]: the ids their output projections are restricted to
   (`transformer.decode_step`)."""
   check_compatible(members)
-  layout = ops.logits_layout(len(members))
+  layout = choice.logits_layout(len(members))
   steps = [functools.partial(transformer.decode_step, m.cfg, m.params, logits_layout=layout,
                              shortlist=shortlist)
            for m in members]

@@ -12,8 +12,9 @@ import jax
 import jax.numpy as jnp
 
 from t2t_jax.ids import FILLER, PAD_ID
-from t2t_jax.kernels import ops
-from t2t_jax.kernels.logits import NEG_INF, Logits, VocabMajor, row_major
+from t2t_jax.kernels import choice
+from t2t_jax.ids import NEG_INF
+from t2t_jax.kernels.logits import Logits, VocabMajor, row_major
 
 Array = jax.Array
 
@@ -47,7 +48,7 @@ def best(logits: Logits, n: int) -> tuple[Array, Array]:
     x = jnp.where((ids == PAD_ID)[:, None], -jnp.inf, x)
   else:
     x = x.at[(PAD_ID, slice(None)) if vocab_major else (slice(None), PAD_ID)].set(-jnp.inf)
-  values, tokens = (ops.top_k_columns if vocab_major else ops.top_k)(x, min(n, x.shape[axis]))
+  values, tokens = (choice.top_k_columns if vocab_major else choice.top_k)(x, min(n, x.shape[axis]))
   values = (values - top[:, None]) - normaliser[:, None]
   if ids is not None:                                  # shortlist positions -> vocabulary ids
     tokens = jnp.maximum(jnp.take(ids, tokens), PAD_ID)

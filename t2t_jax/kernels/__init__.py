@@ -1,10 +1,10 @@
-"""The kernels the model and the searches run, each beside its reference, and the one place
-(`ops`) that chooses among them for the platform a program is built for.
+"""The faster kernels the model and the searches run, each a swap-in for a reference that sits
+where a reader meets it (attention in model/attention.py, dropout in model/layers.py, the
+output projection in kernels/logits.py, top-k as `jax.lax.top_k`), and the one place
+(`choice`) that picks among them for the platform a program is built for.
 
-The model calls `ops.attention`, `ops.dropout` and `ops.project_logits`, the searches
-`ops.top_k`; neither names a kernel. `masks` says which keys a query may see, in the
-dense form the reference reads and the structured one the fused kernels read.
+`int8` (decoding with int8 products) is loaded only by a model that asks for it.
 """
 
 # Its public modules (any other module is a part of these).
-__all__ = ["int8", "logits", "masks", "ops", "topk"]
+__all__ = ["choice", "dropout", "fused_attention", "int8", "logits", "topk"]

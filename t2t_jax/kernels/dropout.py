@@ -1,8 +1,7 @@
-"""Dropout's kernels (section 5.4): the reference, whose masks come from threefry, and masks
-that are a hash of the element's index.
+"""Dropout (section 5.4) with masks that are a hash of the element's index: the swap-in for the
+reference `model.layers.dropout(generator="threefry")`.
 
-`threefry_dropout` is the reference: `jax.random.bernoulli`, as Flax's `nn.Dropout`
-draws its masks. On a CPU, JAX lowers threefry to a loop that XLA cannot fuse with
+The reference draws its masks with `jax.random.bernoulli`, as Flax's `nn.Dropout` does. On a CPU, JAX lowers threefry to a loop that XLA cannot fuse with
 anything: each mask's random bits are written out, kept for the backward pass (8
 bytes an element) and read back there. In a base update on a CPU that is a sizeable
 share of the step (docs/benchmarks.md, "Training step"), most of it in the backward
@@ -20,7 +19,7 @@ probability is exact to 2**-32 (`jax.random.bernoulli` compares a float32 with
 23 random bits).
 
 `cfg.dropout_generator` chooses between them ("hash", the default, or "threefry";
-kernels/ops.py); the tests hold the hash to the reference in what matters: the
+`model.layers.dropout`); the tests hold the hash to the reference in what matters: the
 kept fraction, the scaling, independent masks for different keys and neighbouring
 elements, and the gradient.
 """
@@ -44,11 +43,6 @@ def _mix(x: Array) -> Array:
   x = x ^ (x >> 15)
   x = x * jnp.uint32(0x846CA68B)
   return x ^ (x >> 16)
-
-
-def threefry_dropout(x: Array, key: Array, rate: float) -> Array:
-  """The reference: dropout of `x` with a `jax.random.bernoulli` mask from `key`; 0 <= rate < 1."""
-  return apply_mask(jax.random.bernoulli(key, 1.0 - rate, x.shape), x, rate)
 
 
 def seeds(key: Array) -> Array:

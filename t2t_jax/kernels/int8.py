@@ -10,15 +10,24 @@ CPU: int8 weights converted to float32 inside a program run slower than float32 
 (docs/benchmarks.md, "int8 decoding"). The reference, `reference_product`, multiplies
 the unquantised activations by the dequantised weights; tests/kernels/test_int8.py
 holds the two within the rounding error of the activations' quantisation.
+
+A config with `quantization="int8"` (decoding only: `t2t-translate --int8`) builds the
+Transformer with every Dense product an `Int8Dense` and its output projection by
+`project_logits` here; the model imports this module only then, so training and a
+float32 model never load it. model/quantized.py converts a float32 model's params.
 """
 
 from __future__ import annotations
 
-from typing import Sequence
+import math
+from typing import Optional, Sequence, Union
 
+import flax.linen as nn
 import flax.struct
 import jax
 import jax.numpy as jnp
+
+from t2t_jax.kernels import logits as logits_lib
 
 Array = jax.Array
 
@@ -94,3 +103,53 @@ def vocab_major_int8_product(hidden: Array, kernel: Int8Kernel) -> Array:
 def reference_product(x: Array, kernel: Int8Kernel) -> Array:
   """The reference: x [..., in] float32 by the dequantised weights -> [..., out] float32."""
   return jnp.einsum("...i,oi->...o", x.astype(jnp.float32), dequantize(kernel))
+
+
+def int8_dense(x: Array, kernels: Int8Kernel | Sequence[Int8Kernel]) -> Array:
+  """x [..., in] by int8 weights [out, in] -> [..., out] float32: `int8_product`, x
+  quantised per row. Several kernels over the same inputs run as one product, their
+  outputs side by side. The product runs in int8 x int8 -> int32: weights converted
+  back to float32 inside the program run slower than float32 ones (docs/benchmarks.md,
+  "int8 decoding")."""
+  if not isinstance(kernels, Int8Kernel):
+    kernels = concatenate(kernels)
+  return int8_product(x, kernels)
+
+
+def project_logits(hidden: Array, kernel: Int8Kernel, layout: str = "row_major",
+                   shortlist: Optional[Array] = None) -> logits_lib.Logits:
+  """`logits.project_logits` with int8 pre-softmax weights [vocab, d_model]."""
+  if layout not in logits_lib.LAYOUTS:
+    raise ValueError(f"logits layout {layout!r} is not one of {logits_lib.LAYOUTS}")
+  if shortlist is not None:
+    listed = vocab_major_int8_product(hidden, take_rows(kernel, shortlist))
+    listed = logits_lib.VocabMajor(listed, shortlist, kernel.values.shape[0])
+    return listed if layout == "vocab_major" else logits_lib.row_major(listed)
+  if layout == "vocab_major":
+    return logits_lib.VocabMajor(vocab_major_int8_product(hidden, kernel))
+  return int8_product(hidden, kernel)
+
+
+class Int8Dense(nn.Module):
+  """`nn.DenseGeneral` for decoding with int8 weights: x [..., *in] -> [..., *features] float32.
+
+  Contracts x's last `inputs` axes with an `Int8Kernel` "kernel" ([prod(features),
+  prod(in)], the float kernel flattened and transposed: model/quantized.py) and adds a
+  float32 "bias" [prod(features)] if `use_bias`. Its own initial values are zeros:
+  its parameters come from a float32 model's.
+  """
+  features: Union[int, tuple[int, ...]]
+  inputs: int = 1
+  use_bias: bool = True
+
+  @nn.compact
+  def __call__(self, x: Array) -> Array:
+    features = self.features if isinstance(self.features, tuple) else (self.features,)
+    batch, n_in = x.shape[:-self.inputs], math.prod(x.shape[-self.inputs:])
+    n_out = math.prod(features)
+    kernel = self.param("kernel", lambda _: Int8Kernel(
+        jnp.zeros((n_out, n_in), jnp.int8), jnp.ones((n_out,), jnp.float32)))
+    y = int8_dense(x.reshape(*batch, n_in), kernel)                   # [..., prod(features)]
+    if self.use_bias:
+      y = y + self.param("bias", nn.initializers.zeros, (n_out,), jnp.float32)
+    return y.reshape(*batch, *features)

@@ -4,15 +4,15 @@ The output projection (section 3.4) has two kernels: `projection`, the reference
 y . E^T [..., vocab], and `vocab_major_projection`, E . y^T [vocab, rows]. On
 XLA CPU the second runs faster for a beam's few rows, as long as nothing
 transposes its result (docs/benchmarks.md): one model's searches ask for it
-(`ops.logits_layout`) and read it in place through `t2t_jax.decoding.next_token`.
-`row_major` reads either back as [rows, vocab]. The model calls
-`ops.project_logits`, which runs the one asked for.
+(`choice.logits_layout`) and read it in place (`decoding.beam_search.best`).
+`row_major` reads either back as [rows, vocab]. The model calls `project_logits`,
+which runs the one asked for.
 
 A lexical shortlist (data/shortlist.py) projects onto a batch's listed rows of
 the weights only (`shortlist_kernel`): `VocabMajor` logits [size, rows] whose
 `ids` [size] name the vocabulary id of each row, ascending, with `FILLER` (-1)
 rows after them padding the size to a bucket. The searches pick in that space
-and read the ids back (decoding/next_token.py); `row_major` scatters the listed
+and read the ids back (decoding/beam_search.py); `row_major` scatters the listed
 logits into a [rows, vocab] array whose other entries are NEG_INF.
 """
 
@@ -24,15 +24,9 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from t2t_jax.ids import FILLER
+from t2t_jax.ids import FILLER, NEG_INF
 
 Array = jax.Array
-
-# The finite stand-in for log 0: a masked attention logit's bias and an impossible
-# token's log-probability. exp(-1e9 - max) underflows to exactly 0 in float32,
-# and sums of it (masks added together, scores of impossible hypotheses) stay
-# finite, so no softmax, sum or division of it makes NaN.
-NEG_INF = -1e9
 
 LAYOUTS = ("row_major", "vocab_major")
 
@@ -82,3 +76,24 @@ def row_major(logits: Logits) -> Array:
   at = jnp.where(logits.ids == FILLER, logits.vocab, logits.ids)      # filler: out of range
   full = jnp.full((rows, logits.vocab), NEG_INF, jnp.float32)
   return full.at[:, at].set(logits.logits.T.astype(jnp.float32), mode="drop")
+
+
+def project_logits(hidden: Array, kernel: Array, layout: str = "row_major",
+                   shortlist: Optional[Array] = None) -> Logits:
+  """The output projection of hidden [..., d_model] by the pre-softmax weights [vocab, d_model].
+
+  "row_major": logits [..., vocab] (`projection`); "vocab_major" (hidden [rows, d_model]
+  only): `VocabMajor` [vocab, rows]. Operands in hidden's dtype, logits float32.
+  `shortlist` [size] (hidden [rows, d_model] only): only those rows of the weights are
+  multiplied (`shortlist_kernel`); "vocab_major" gives `VocabMajor` [size, rows] with the
+  ids, "row_major" [rows, vocab] with the others at NEG_INF.
+  """
+  if layout not in LAYOUTS:
+    raise ValueError(f"logits layout {layout!r} is not one of {LAYOUTS}")
+  if shortlist is not None:
+    listed = vocab_major_projection(hidden, shortlist_kernel(kernel, shortlist))
+    listed = VocabMajor(listed.logits, shortlist, kernel.shape[0])
+    return listed if layout == "vocab_major" else row_major(listed)
+  if layout == "vocab_major":
+    return vocab_major_projection(hidden, kernel)
+  return projection(hidden, kernel)

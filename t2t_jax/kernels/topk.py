@@ -9,8 +9,8 @@ best too; on ties the lower block, whose elements have lower indices, comes
 first as the lower index does), so only those blocks' elements, kept in index
 order, go through the exact top-k.
 
-The searches call `ops.top_k` and `ops.top_k_columns`, which choose by the
-platform the program is compiled for (kernels/ops.py): on a TPU `jax.lax.top_k`
+The searches call `choice.top_k` and `choice.top_k_columns`, which choose by the
+platform the program is compiled for (kernels/choice.py): on a TPU `jax.lax.top_k`
 itself, elsewhere the blocked one.
 """
 

@@ -10,4 +10,4 @@ from t2t_jax.model.transformer import init_cache as init_cache
 from t2t_jax.model.transformer import init_params as init_params
 
 __all__ = ["attention", "decode_cache", "decode_step", "encoder_decoder", "init_cache",
-           "init_params", "layers", "quantized", "step_attention", "transformer"]
+           "init_params", "layers", "quantized", "transformer"]

@@ -15,7 +15,7 @@ Two wrappers tell the search what it may do with a part of the cache:
                      the position) and pad it with zeros as decoding goes on.
   Unordered(x, axis) Positions buffers that the search tiles and resizes but never
                      reorders: row i keeps what the hypothesis in row i wrote at
-                     each position (the write-once caches, model/step_attention.py).
+                     each position (the write-once caches, model/attention.py).
 
 Every other leaf is per row: tiled when the search multiplies the rows and
 reordered when it picks new rows. A cache without wrappers is all per row. The

@@ -15,7 +15,6 @@ import jax
 import jax.numpy as jnp
 
 from t2t_jax.configs import ModelConfig
-from t2t_jax.kernels import masks
 from t2t_jax.model import attention as attention_lib
 from t2t_jax.model import layers
 
@@ -71,7 +70,7 @@ class EncoderLayer(nn.Module):
     self.norm_ffn = _layer_norm()
     self.dropout = dropout(cfg)
 
-  def __call__(self, x: Array, bias: masks.Mask, deterministic: bool) -> Array:
+  def __call__(self, x: Array, bias: attention_lib.Mask, deterministic: bool) -> Array:
     """[batch, src_len, d_model] -> same; `bias`: the source self-attention mask."""
     x = _add_norm(x, self.self_attention(x, bias=bias, deterministic=deterministic),
                   self.norm_attention, self.dropout, deterministic)
@@ -105,8 +104,8 @@ class DecoderLayer(nn.Module):
     y = _add_norm(y, cross_attend(y), self.norm_cross, self.dropout, deterministic)
     return _add_norm(y, self.ffn(y), self.norm_ffn, self.dropout, deterministic), state
 
-  def __call__(self, y: Array, encoded: Array, self_bias: masks.Mask,
-               cross_bias: masks.Mask, deterministic: bool) -> Array:
+  def __call__(self, y: Array, encoded: Array, self_bias: attention_lib.Mask,
+               cross_bias: attention_lib.Mask, deterministic: bool) -> Array:
     """y [batch, tgt_len, d_model], encoded [batch, src_len, d_model] -> [batch, tgt_len, d_model]."""
     self_attend = lambda y: (self.self_attention(y, bias=self_bias, deterministic=deterministic),
                              None)
@@ -135,7 +134,7 @@ class Encoder(nn.Module):
   def setup(self):
     self.layers = [EncoderLayer(self.config) for _ in range(self.config.num_layers)]
 
-  def __call__(self, x: Array, bias: masks.Mask, deterministic: bool) -> Array:
+  def __call__(self, x: Array, bias: attention_lib.Mask, deterministic: bool) -> Array:
     for layer in self.layers:
       x = layer(x, bias, deterministic)
     return x
@@ -148,8 +147,8 @@ class Decoder(nn.Module):
   def setup(self):
     self.layers = [DecoderLayer(self.config) for _ in range(self.config.num_layers)]
 
-  def __call__(self, y: Array, encoded: Array, self_bias: masks.Mask,
-               cross_bias: masks.Mask, deterministic: bool) -> Array:
+  def __call__(self, y: Array, encoded: Array, self_bias: attention_lib.Mask,
+               cross_bias: attention_lib.Mask, deterministic: bool) -> Array:
     for layer in self.layers:
       y = layer(y, encoded, self_bias, cross_bias, deterministic)
     return y

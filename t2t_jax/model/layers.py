@@ -1,4 +1,4 @@
-"""Positions, segments, the feed-forward layer and dropout: pure functions and the thin Linen
+"""Positions, segments, dropout and the feed-forward layer: pure functions and the thin Linen
 modules around them.
 
 Shapes, named the same way everywhere:
@@ -7,23 +7,23 @@ Shapes, named the same way everywhere:
   per head     [batch, length, heads, depth]
   attention    [batch, heads, q_length, kv_length]; masks and biases broadcast to it
 
-Attention, its masks and dropout's masks are kernels/'s: the model calls them
-through kernels/ops.py, which chooses the kernel that runs them.
+Attention and its masks are model/attention.py's. Dropout's masks come from
+`jax.random.bernoulli` (the reference) or a hash of the element's index
+(kernels/dropout.py), as the config's `dropout_generator` says.
 """
 
 from __future__ import annotations
 
-import math
-from typing import Any, Callable, Union
+from typing import Any, Callable
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax import lax
 
+from t2t_jax.configs import DROPOUT_GENERATORS
 from t2t_jax.ids import PAD_ID
-from t2t_jax.kernels import int8 as int8_lib
-from t2t_jax.kernels import ops
+from t2t_jax.kernels import dropout as dropout_lib
 
 Array = jax.Array
 
@@ -69,38 +69,40 @@ def sinusoidal_positions(length: int, d_model: int) -> Array:
   return sinusoidal_encoding(jnp.arange(length), d_model)
 
 
+# --------------------------------------------------------------------------- dropout
+
+
+def dropout(x: Array, key: Array, rate: float, generator: str = "hash") -> Array:
+  """Inverted dropout of `x` at `rate` (section 5.4): each element kept with probability
+  1 - rate and scaled by 1 / (1 - rate), the rest 0; masks from `key` (typed or raw).
+
+  `generator` is the config's `dropout_generator`: "threefry", the reference, draws
+  the mask with `jax.random.bernoulli`; "hash" (the default) is `dropout.hash_dropout`,
+  the same law from a hash of the element's index, which XLA fuses and the backward
+  pass recomputes (kernels/dropout.py says why).
+  """
+  if not 0.0 <= rate <= 1.0:
+    raise ValueError(f"dropout rate must be in [0, 1], got {rate}")
+  if generator not in DROPOUT_GENERATORS:
+    raise ValueError(f"dropout generator must be one of {DROPOUT_GENERATORS}, got {generator!r}")
+  if rate == 0.0:
+    return x
+  if rate == 1.0:
+    return jnp.zeros_like(x)
+  if generator == "threefry":
+    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+    return dropout_lib.apply_mask(keep, x, rate)
+  return dropout_lib.hash_dropout(x, dropout_lib.seeds(key), rate)
+
+
 # --------------------------------------------------------------------------- modules
 
 default_kernel_init = nn.initializers.xavier_uniform()
 
 
-class Int8Dense(nn.Module):
-  """`nn.DenseGeneral` for decoding with int8 weights: x [..., *in] -> [..., *features] float32.
-
-  Contracts x's last `inputs` axes with a `kernels.int8.Int8Kernel` "kernel" ([prod(features),
-  prod(in)], the float kernel flattened and transposed: model/quantized.py) and adds a
-  float32 "bias" [prod(features)] if `use_bias`. Its own initial values are zeros:
-  its parameters come from a float32 model's.
-  """
-  features: Union[int, tuple[int, ...]]
-  inputs: int = 1
-  use_bias: bool = True
-
-  @nn.compact
-  def __call__(self, x: Array) -> Array:
-    features = self.features if isinstance(self.features, tuple) else (self.features,)
-    batch, n_in = x.shape[:-self.inputs], math.prod(x.shape[-self.inputs:])
-    n_out = math.prod(features)
-    kernel = self.param("kernel", lambda _: int8_lib.Int8Kernel(
-        jnp.zeros((n_out, n_in), jnp.int8), jnp.ones((n_out,), jnp.float32)))
-    y = ops.int8_dense(x.reshape(*batch, n_in), kernel)               # [..., prod(features)]
-    if self.use_bias:
-      y = y + self.param("bias", nn.initializers.zeros, (n_out,), jnp.float32)
-    return y.reshape(*batch, *features)
-
-
 class FeedForward(nn.Module):
-  """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3); `int8`: `Int8Dense` products."""
+  """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3); `int8`: int8 products (decoding a
+  `quantization="int8"` model; kernels/int8.py, imported only then)."""
   d_model: int
   d_ff: int
   dtype: Any = jnp.float32
@@ -110,7 +112,8 @@ class FeedForward(nn.Module):
   @nn.compact
   def __call__(self, x: Array) -> Array:
     if self.int8:
-      dense = lambda n, name: Int8Dense(n, name=name)
+      from t2t_jax.kernels import int8  # pylint: disable=import-outside-toplevel
+      dense = lambda n, name: int8.Int8Dense(n, name=name)
     else:
       dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=jnp.float32,
                                        kernel_init=self.kernel_init, name=name)
@@ -118,8 +121,8 @@ class FeedForward(nn.Module):
 
 
 class Dropout(nn.Module):
-  """Dropout at `rate` (section 5.4), its masks drawn by `generator` (the config's
-  `dropout_generator`, `ops.dropout`) with a key from the "dropout" rngs."""
+  """`dropout` at `rate`, its masks drawn by `generator` (the config's `dropout_generator`)
+  with a key from the "dropout" rngs."""
   rate: float
   generator: str = "hash"
   rng_collection: str = "dropout"
@@ -128,4 +131,4 @@ class Dropout(nn.Module):
   def __call__(self, x: Array, deterministic: bool) -> Array:
     if deterministic or self.rate == 0.0:
       return x
-    return ops.dropout(x, self.make_rng(self.rng_collection), self.rate, self.generator)
+    return dropout(x, self.make_rng(self.rng_collection), self.rate, self.generator)

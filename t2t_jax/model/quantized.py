@@ -1,13 +1,13 @@
 """An int8 model's parameters from a float32 model's, made once when a model is loaded.
 
 A config with `quantization="int8"` builds the same Transformer with every Dense
-product (attention projections, feed-forward) a `layers.Int8Dense` and the output
+product (attention projections, feed-forward) a `kernels.int8.Int8Dense` and the output
 projection an int8 copy of the pre-softmax weights (`Transformer.output_projection`);
 embeddings, LayerNorm, biases and the attention itself stay float32 and so do the
 softmax and the search (kernels/int8.py says how the products run). `quantize_params`
 turns a trained model's float32 params into that model's: each kernel [*in, *out]
 flattened to [in, out], transposed and quantised per output channel
-(`kernels.ops.int8_weights`).
+(`kernels.int8.quantize`).
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ import jax
 
 from t2t_jax.configs import ModelConfig
 from t2t_jax.kernels import int8
-from t2t_jax.kernels import ops
 from t2t_jax.model import transformer
 
 Params = Any
@@ -36,7 +35,7 @@ def _output_embedding(cfg: ModelConfig, flat_params: dict[tuple[str, ...], Any])
 @functools.partial(jax.jit, static_argnames="transpose")
 def _quantize(weights: jax.Array, transpose: bool = True) -> int8.Int8Kernel:
   """weights [in, out] (`transpose`) or [out, in] -> `int8.Int8Kernel` [out, in]."""
-  return ops.int8_weights(weights.T if transpose else weights)
+  return int8.quantize(weights.T if transpose else weights)
 
 
 def quantize_params(cfg: ModelConfig, params: Params) -> Params:

@@ -11,7 +11,7 @@ padding; the decoder input is the target shifted right with 0 in front. The
 full forward pass and `decode_step` run the same layer modules with the same
 parameters (`DecoderLayer._block`); decoding swaps each attention's full-sequence
 call for its one-position methods (`MultiHeadAttention.step_self`, `.step_cross`),
-which read the write-once caches (model/step_attention.py).
+which read the write-once caches (model/attention.py).
 Initialisation choices are explained in docs/model.md.
 """
 
@@ -28,15 +28,11 @@ import jax.numpy as jnp
 
 from t2t_jax.configs import ModelConfig
 from t2t_jax.ids import PAD_ID
-from t2t_jax.kernels import int8
 from t2t_jax.kernels import logits as logits_lib
-from t2t_jax.kernels import masks
-from t2t_jax.kernels import ops
 from t2t_jax.model import attention as attention_lib
 from t2t_jax.model import decode_cache
 from t2t_jax.model import encoder_decoder
 from t2t_jax.model import layers
-from t2t_jax.model import step_attention
 
 Array = jax.Array
 Cache = dict[str, Any]
@@ -99,6 +95,7 @@ class Transformer(nn.Module):
     if cfg.quantization == "int8":
       # The pre-softmax weights quantised per vocabulary row, beside the float32
       # embeddings the lookups read (model/quantized.py fills both).
+      from t2t_jax.kernels import int8  # pylint: disable=import-outside-toplevel
       self.output_projection = self.param("output_projection", lambda _: int8.Int8Kernel(
           jnp.zeros((cfg.vocab_size, cfg.d_model), jnp.int8),
           jnp.ones((cfg.vocab_size,), jnp.float32)))
@@ -131,19 +128,24 @@ class Transformer(nn.Module):
     x = (x + pe.astype(x.dtype)).astype(encoder_decoder.compute_dtype(cfg))
     return self.dropout(x, deterministic=deterministic)
 
-  def _output_kernel(self) -> Array | int8.Int8Kernel:
+  def _output_kernel(self) -> Any:
     """[vocab, d_model] float32: the pre-softmax weights (the shared embedding by default);
     an `int8.Int8Kernel` in an int8 model."""
     if self.config.quantization == "int8":
       return self.output_projection
     return self._embedding("output").embedding
 
-  def _logits(self, y: Array) -> Array:
-    """[batch, length, d_model] -> [batch, length, vocab] float32 (pre-softmax, section 3.4).
+  def _logits(self, y: Array, layout: str = "row_major",
+              shortlist: Optional[Array] = None) -> logits_lib.Logits:
+    """[..., d_model] -> [..., vocab] float32: y E^T (pre-softmax, section 3.4).
 
-    Operands in the compute dtype, accumulated and returned in float32.
+    Operands in the compute dtype, accumulated and returned in float32;
+    `logits.project_logits` says what `layout` and `shortlist` change.
     """
-    return ops.project_logits(y, self._output_kernel())
+    if self.config.quantization == "int8":
+      from t2t_jax.kernels import int8  # pylint: disable=import-outside-toplevel
+      return int8.project_logits(y, self._output_kernel(), layout, shortlist)
+    return logits_lib.project_logits(y, self._output_kernel(), layout, shortlist)
 
   # ------------------------------------------------------------------ forward pass
 
@@ -157,7 +159,7 @@ class Transformer(nn.Module):
     length = inputs.shape[1]
     self._check_length(length, "source")
     segments, positions = _segments_and_positions(inputs, inputs_segments)
-    mask = masks.Mask(segments, segments, window=self.config.attention_window,
+    mask = attention_lib.Mask(segments, segments, window=self.config.attention_window,
                        packed=inputs_segments is not None)
     x = self._embed(inputs, positions, "source", deterministic=not train)
     return self.encoder(x, mask, deterministic=not train)
@@ -183,9 +185,9 @@ class Transformer(nn.Module):
     # Key j is masked where targets[j] is padding; for real positions that never
     # hides anything the causal mask allows (padding only trails), so this equals
     # `decode_step`, which only has the causal mask.
-    self_mask = masks.Mask(tgt_segments, tgt_segments, causal=True,
+    self_mask = attention_lib.Mask(tgt_segments, tgt_segments, causal=True,
                             window=self.config.attention_window, packed=packed)
-    cross_mask = masks.Mask(tgt_segments, src_segments, packed=packed)
+    cross_mask = attention_lib.Mask(tgt_segments, src_segments, packed=packed)
     y = self._embed(shift_right(targets, targets_segments), positions, "target",
                     deterministic=not train)
     return self.decoder(y, encoded, self_mask, cross_mask, deterministic=not train)
@@ -220,7 +222,7 @@ class Transformer(nn.Module):
     """Runs the encoder once; pre-computes each decoder layer's cross-attention keys/values."""
     self._check_length(max_decode_len, "decode")
     self_caches, cross = self.decoder.init_cache(self.encode(inputs, train=False), max_decode_len)
-    # The write-once caches (model/step_attention.py): "stored_in" records where
+    # The write-once caches (model/attention.py): "stored_in" records where
     # each hypothesis' self-attention keys/values are.
     return {"sentence": decode_cache.PerSentence({"source_ids": inputs, "cross": cross}),
             "self": self_caches,
@@ -233,18 +235,18 @@ class Transformer(nn.Module):
     """tokens [rows] at scalar `position` -> next-token logits, cache (`decode_step` below)."""
     sentence = cache["sentence"].value
     max_decode_len = cache["stored_in"].value.shape[1]
-    stored_in, holds = step_attention.record_position(
+    stored_in, holds = attention_lib.record_position(
         cache["stored_in"].value, position, sentence["source_ids"].shape[0])
     y = self._embed(tokens[:, None], jnp.reshape(position, (1,)), "target", deterministic=True)
     keys = jnp.arange(max_decode_len)
     allowed = keys <= position                                         # [max_decode_len]
     if self.config.attention_window is not None:
       allowed = allowed & (position - keys <= self.config.attention_window)
-    self_bias = masks.mask_to_bias(allowed)[None, None, None, :]      # [1, 1, 1, max_len]
-    cross_bias = masks.mask_to_bias(sentence["source_ids"] != PAD_ID)[:, None, None, :]
+    self_bias = attention_lib.mask_to_bias(allowed)[None, None, None, :]      # [1, 1, 1, max_len]
+    cross_bias = attention_lib.mask_to_bias(sentence["source_ids"] != PAD_ID)[:, None, None, :]
     y, self_caches = self.decoder.step(y, cache["self"], sentence["cross"], position, holds,
                                        self_bias, cross_bias)
-    logits = ops.project_logits(y[:, 0], self._output_kernel(), logits_layout, shortlist)
+    logits = self._logits(y[:, 0], logits_layout, shortlist)
     return logits, {**cache, "self": self_caches,
                     "stored_in": cache["stored_in"].replace(value=stored_in)}
 
@@ -267,7 +269,7 @@ def init_cache(cfg: ModelConfig, params: Any, inputs: Array, max_decode_len: int
                        "value": Unordered([batch, heads, length, d_v], axis=2)}],
    "stored_in": Positions([batch, max_decode_len] int32, axis=1)}, cross-attention
   keys/values [batch, heads, src_len, d] (model/decode_cache.py says what the wrappers allow;
-  model/step_attention.py why the caches are laid out so).
+  model/attention.py why the caches are laid out so).
   `max_decode_len` (static) bounds the positions `decode_step` may write.
   """
   return Transformer(cfg).apply({"params": params}, inputs, max_decode_len,
@@ -288,7 +290,7 @@ def decode_step(cfg: ModelConfig, params: Any, cache: Cache, tokens: Array, posi
   as `logits.VocabMajor` [vocab, rows], which one model's searches read faster
   (kernels/logits.py). `shortlist` [size]: ascending vocabulary ids (then
   `logits.FILLER`), the only rows of the output projection computed
-  (`ops.project_logits`).
+  (`logits.project_logits`).
   """
   return Transformer(cfg).apply({"params": params}, cache, tokens, jnp.asarray(position, jnp.int32),
                                 logits_layout, shortlist, method=Transformer.decode_step)

@@ -13,7 +13,7 @@ import pytest
 from formats import check_well_formed
 from t2t_jax.decoding import beam_search
 from t2t_jax.ids import EOS_ID, PAD_ID, strip_eos
-from t2t_jax.kernels.logits import NEG_INF
+from t2t_jax.ids import NEG_INF
 
 STATES = 97  # hidden states of the toy step function
 PACKAGE = pathlib.Path(beam_search.__file__).resolve().parents[1]

@@ -1,5 +1,5 @@
 """kernels/dropout.py: the hash masks against the reference's (threefry) in what matters, and
-their gradient; ops.dropout runs the generator the config names."""
+their gradient; model.layers.dropout runs the generator the config names."""
 
 import jax
 import jax.numpy as jnp
@@ -8,7 +8,7 @@ import pytest
 
 from t2t_jax import configs
 from t2t_jax.kernels import dropout
-from t2t_jax.kernels import ops
+from t2t_jax.model import layers
 
 SHAPE = (64, 32, 256)  # [batch, length, d_model]; 524288 elements
 KEY = jax.random.key(0)
@@ -56,21 +56,21 @@ def test_the_same_key_gives_the_same_mask_and_the_mask_is_not_shifted_by_the_see
 @pytest.mark.parametrize("generator", configs.DROPOUT_GENERATORS)
 def test_dropout_zeroes_or_scales_each_element(generator):
   x = jax.random.normal(jax.random.key(1), SHAPE)
-  y = np.asarray(ops.dropout(x, KEY, 0.25, generator))
+  y = np.asarray(layers.dropout(x, KEY, 0.25, generator))
   kept = y != 0
   np.testing.assert_allclose(y[kept], np.asarray(x)[kept] / 0.75, rtol=1e-6)
   assert abs(kept.mean() - 0.75) < 0.01
-  np.testing.assert_array_equal(ops.dropout(x, KEY, 0.0, generator), x)
-  assert not np.asarray(ops.dropout(x, KEY, 1.0, generator)).any()
+  np.testing.assert_array_equal(layers.dropout(x, KEY, 0.0, generator), x)
+  assert not np.asarray(layers.dropout(x, KEY, 1.0, generator)).any()
 
 
 def test_each_generator_runs_its_kernel_and_threefry_is_jax_random_bernoulli():
   x = jnp.ones(SHAPE)
   keep = jax.random.bernoulli(KEY, 0.9, SHAPE)
-  np.testing.assert_array_equal(ops.dropout(x, KEY, 0.1, "threefry") != 0, keep)
-  np.testing.assert_array_equal(ops.dropout(x, KEY, 0.1, "threefry"),
-                                dropout.threefry_dropout(x, KEY, 0.1))
-  np.testing.assert_array_equal(ops.dropout(x, KEY, 0.1),
+  np.testing.assert_array_equal(layers.dropout(x, KEY, 0.1, "threefry") != 0, keep)
+  np.testing.assert_array_equal(layers.dropout(x, KEY, 0.1, "threefry"),
+                                jnp.where(keep, x / 0.9, 0))
+  np.testing.assert_array_equal(layers.dropout(x, KEY, 0.1),
                                 dropout.hash_dropout(x, dropout.seeds(KEY), 0.1))
 
 
@@ -92,11 +92,11 @@ def test_gradient_applies_the_forward_mask(dtype):
 def test_bad_rate_generator_or_size_is_a_clear_error():
   x = jnp.ones((2, 3))
   with pytest.raises(ValueError, match=r"rate must be in \[0, 1\]"):
-    ops.dropout(x, KEY, 1.5)
+    layers.dropout(x, KEY, 1.5)
   with pytest.raises(ValueError, match=r"rate in \[0, 1\)"):
     dropout.hash_keep_mask(jnp.zeros(2, jnp.uint32), (2, 3), 1.0)
   with pytest.raises(ValueError, match="generator must be one of"):
-    ops.dropout(x, KEY, 0.1, "philox")
+    layers.dropout(x, KEY, 0.1, "philox")
   with pytest.raises(ValueError, match="dropout_generator='threefry'"):
     jax.eval_shape(lambda: dropout.hash_keep_mask(jnp.zeros(2, jnp.uint32), (2**16, 2**16), 0.1))
   with pytest.raises(ValueError, match="dropout_generator"):

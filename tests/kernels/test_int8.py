@@ -3,9 +3,9 @@
 import jax.numpy as jnp
 import numpy as np
 
+from t2t_jax.ids import NEG_INF
 from t2t_jax.kernels import int8
 from t2t_jax.kernels import logits as logits_lib
-from t2t_jax.kernels import ops
 
 
 def _operands(rng, rows=5, d_in=24, d_out=7):
@@ -64,8 +64,8 @@ def test_int8_product_is_the_reference_within_the_activations_rounding():
 def test_vocab_major_is_the_row_major_product_transposed():
   x, w = _operands(np.random.default_rng(3), rows=4, d_out=11)
   kernel = int8.quantize(w)
-  major = ops.project_logits(x, kernel, "vocab_major")
-  rows = ops.project_logits(x, kernel)
+  major = int8.project_logits(x, kernel, "vocab_major")
+  rows = int8.project_logits(x, kernel)
   assert isinstance(major, logits_lib.VocabMajor) and major.logits.shape == (11, 4)
   np.testing.assert_allclose(major.logits.T, rows, rtol=1e-6, atol=1e-6)
   np.testing.assert_allclose(rows, int8.int8_product(x, kernel), rtol=0, atol=0)
@@ -74,7 +74,7 @@ def test_vocab_major_is_the_row_major_product_transposed():
 def test_concatenated_kernels_multiply_as_each_one():
   x, w = _operands(np.random.default_rng(4))
   a, b = int8.quantize(w[:3]), int8.quantize(w[3:])
-  both = ops.int8_dense(x, [a, b])
+  both = int8.int8_dense(x, [a, b])
   np.testing.assert_allclose(both, jnp.concatenate([int8.int8_product(x, a),
                                                     int8.int8_product(x, b)], axis=-1))
 
@@ -82,7 +82,7 @@ def test_concatenated_kernels_multiply_as_each_one():
 def test_leading_axes_are_rows():
   x, w = _operands(np.random.default_rng(5), rows=6)
   kernel = int8.quantize(w)
-  np.testing.assert_allclose(ops.int8_dense(x.reshape(2, 3, -1), kernel).reshape(6, -1),
+  np.testing.assert_allclose(int8.int8_dense(x.reshape(2, 3, -1), kernel).reshape(6, -1),
                              int8.int8_product(x, kernel))
 
 
@@ -90,11 +90,11 @@ def test_a_shortlist_multiplies_only_its_rows():
   x, w = _operands(np.random.default_rng(6), rows=4, d_out=11)
   kernel = int8.quantize(w)
   ids = jnp.asarray([1, 4, 7, 99], jnp.int32)                            # 99: out of range
-  listed = ops.project_logits(x, kernel, "vocab_major", shortlist=ids)
+  listed = int8.project_logits(x, kernel, "vocab_major", shortlist=ids)
   full = np.asarray(int8.int8_product(x, kernel))
   assert listed.logits.shape == (4, 4) and listed.vocab == 11
   np.testing.assert_allclose(np.asarray(listed.logits[:3]).T, full[:, [1, 4, 7]], rtol=1e-6)
   assert (np.asarray(listed.logits[3]) == 0).all()
-  rows = np.asarray(ops.project_logits(x, kernel, shortlist=ids[:3]))
+  rows = np.asarray(int8.project_logits(x, kernel, shortlist=ids[:3]))
   np.testing.assert_allclose(rows[:, [1, 4, 7]], full[:, [1, 4, 7]], rtol=1e-6)
-  assert (rows[:, 0] == logits_lib.NEG_INF).all()
+  assert (rows[:, 0] == NEG_INF).all()

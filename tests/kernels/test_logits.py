@@ -2,6 +2,7 @@
 
 import jax.numpy as jnp
 import numpy as np
+import pytest
 
 from t2t_jax.kernels import logits as logits_lib
 
@@ -33,3 +34,18 @@ def test_row_major_takes_any_leading_axes_and_gives_float32():
   assert logits.shape == (2, 3, 11)
   want = np.einsum("btd,vd->btv", np.asarray(hidden), np.asarray(kernel))
   np.testing.assert_allclose(logits, want, rtol=0.05, atol=0.05 * np.abs(want).max())
+
+
+def test_project_logits_runs_the_layout_asked_for():
+  rng = np.random.default_rng(0)
+  hidden = jnp.asarray(rng.normal(size=(3, 8)), jnp.float32)
+  kernel = jnp.asarray(rng.normal(size=(11, 8)), jnp.float32)
+  rows = logits_lib.project_logits(hidden, kernel)
+  np.testing.assert_array_equal(rows, logits_lib.projection(hidden, kernel))
+  major = logits_lib.project_logits(hidden, kernel, "vocab_major")
+  assert isinstance(major, logits_lib.VocabMajor)
+  np.testing.assert_array_equal(major.logits,
+                                logits_lib.vocab_major_projection(hidden, kernel).logits)
+  with pytest.raises(ValueError, match=r"logits layout 'columns' is not one of \('row_major', "
+                                       r"'vocab_major'\)"):
+    logits_lib.project_logits(hidden, kernel, "columns")

@@ -1,12 +1,12 @@
 """kernels/topk.py: exact top-k against jax.lax.top_k (ties included), rows and columns; and
-ops.top_k: the TPU's own top_k where the program is lowered for a TPU."""
+choice.top_k: the TPU's own top_k where the program is lowered for a TPU."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax.kernels import ops
+from t2t_jax.kernels import choice
 from t2t_jax.kernels import topk
 
 
@@ -18,15 +18,15 @@ def test_blocked_top_k_equals_lax_top_k_ties_included():
       x = jnp.asarray(x, jnp.float32)
       rows = x.reshape(-1, shape[-1])
       for got, want in ((topk.blocked_top_k(x, n), jax.lax.top_k(x, n)),
-                        (ops.top_k(x, n), jax.lax.top_k(x, n)),
+                        (choice.top_k(x, n), jax.lax.top_k(x, n)),
                         # the same rows stored as columns, read in place
                         (topk.blocked_top_k_columns(rows.T, n), jax.lax.top_k(rows, n)),
-                        (ops.top_k_columns(rows.T, n), jax.lax.top_k(rows, n))):
+                        (choice.top_k_columns(rows.T, n), jax.lax.top_k(rows, n))):
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
 
 
-@pytest.mark.parametrize("fn,shape", [(ops.top_k, (4, 37000)), (ops.top_k_columns, (37000, 4))])
+@pytest.mark.parametrize("fn,shape", [(choice.top_k, (4, 37000)), (choice.top_k_columns, (37000, 4))])
 def test_top_k_is_the_tpus_own_in_a_tpu_program_and_blocked_elsewhere(fn, shape):
   # Chosen by the platform the program is lowered for, not the one running this process.
   x = jax.ShapeDtypeStruct(shape, jnp.float32)

@@ -7,10 +7,9 @@ import numpy as np
 
 from attention_reference import numpy_attention, token_ids
 from t2t_jax import configs
-from t2t_jax.kernels import masks
+from t2t_jax.model import attention as attention_lib
 from t2t_jax.model import encoder_decoder
 from t2t_jax.model import layers
-from t2t_jax.model import step_attention
 
 # d_k != d_v: the reference attention runs, and a swapped projection cannot go unnoticed.
 CFG = configs.get_config("demo", vocab_size=23, num_layers=2, d_model=16, d_ff=32, num_heads=2,
@@ -38,7 +37,7 @@ def _norm(x, p):
 def _attention(x, kv, p, mask):
   proj = lambda x, name: np.einsum("bld,dhk->blhk", x, p[name]["kernel"])
   out, _ = numpy_attention(proj(x, "query"), proj(kv, "key"), proj(kv, "value"),
-                           np.asarray(masks.mask_to_bias(mask.dense())))
+                           np.asarray(attention_lib.mask_to_bias(mask.dense())))
   return np.einsum("blhk,hkd->bld", out, p["out"]["kernel"])
 
 
@@ -48,7 +47,7 @@ def _ffn(x, p):
 
 
 def test_encoder_layer_is_post_norm_self_attention_then_feed_forward():
-  mask = masks.Mask(SOURCE, SOURCE)
+  mask = attention_lib.Mask(SOURCE, SOURCE)
   layer = encoder_decoder.EncoderLayer(CFG)
   params = _init(layer, X, mask, True)
   got = np.asarray(jax.jit(lambda p: layer.apply({"params": p}, X, mask, True))(params))
@@ -60,7 +59,7 @@ def test_encoder_layer_is_post_norm_self_attention_then_feed_forward():
 
 
 def test_decoder_layer_is_post_norm_self_then_cross_attention_then_feed_forward():
-  self_mask, cross_mask = masks.Mask(TARGET, TARGET, causal=True), masks.Mask(TARGET, SOURCE)
+  self_mask, cross_mask = attention_lib.Mask(TARGET, TARGET, causal=True), attention_lib.Mask(TARGET, SOURCE)
   layer = encoder_decoder.DecoderLayer(CFG)
   params = _init(layer, Y, X, self_mask, cross_mask, True)
   got = np.asarray(jax.jit(lambda p: layer.apply({"params": p}, Y, X, self_mask, cross_mask,
@@ -75,18 +74,18 @@ def test_decoder_layer_is_post_norm_self_then_cross_attention_then_feed_forward(
 
 def test_decoder_steps_give_the_full_target_output():
   decoder = encoder_decoder.Decoder(CFG)
-  self_mask, cross_mask = masks.Mask(TARGET, TARGET, causal=True), masks.Mask(TARGET, SOURCE)
+  self_mask, cross_mask = attention_lib.Mask(TARGET, TARGET, causal=True), attention_lib.Mask(TARGET, SOURCE)
   params = _init(decoder, Y, X, self_mask, cross_mask, True)
   full = np.asarray(jax.jit(lambda p: decoder.apply({"params": p}, Y, X, self_mask, cross_mask,
                                                     True))(params))
   length = Y.shape[1] + 1                       # a spare, unwritten slot stays masked
   caches = decoder.apply({"params": params}, X, length, method=encoder_decoder.Decoder.init_cache)
-  cross_bias = masks.mask_to_bias(SOURCE != 0)[:, None, None, :]
+  cross_bias = attention_lib.mask_to_bias(SOURCE != 0)[:, None, None, :]
 
   @jax.jit
   def step(self_caches, stored_in, position):
-    stored_in, holds = step_attention.record_position(stored_in, position, batch=2)
-    self_bias = masks.mask_to_bias(jnp.arange(length) <= position)[None, None, None, :]
+    stored_in, holds = attention_lib.record_position(stored_in, position, batch=2)
+    self_bias = attention_lib.mask_to_bias(jnp.arange(length) <= position)[None, None, None, :]
     out, self_caches = decoder.apply({"params": params}, Y[:, position][:, None], self_caches,
                                      caches[1], position, holds, self_bias, cross_bias,
                                      method=encoder_decoder.Decoder.step)

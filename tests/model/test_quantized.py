@@ -15,7 +15,6 @@ import pytest
 
 from t2t_jax import configs
 from t2t_jax.kernels import int8
-from t2t_jax.kernels import ops
 from t2t_jax.model import quantized
 from t2t_jax.model import transformer
 from t2t_jax.train import builder
@@ -88,7 +87,7 @@ def test_int8_logits_are_close_to_float32s(cfg):
       {"params": quantized.quantize_params(_int8(cfg).model, _params(cfg))}, INPUTS, TARGETS,
       method=transformer.Transformer.features)
   assert isinstance(kernel, int8.Int8Kernel)
-  np.testing.assert_array_equal(logits, ops.project_logits(hidden, kernel))
+  np.testing.assert_array_equal(logits, int8.project_logits(hidden, kernel))
 
 
 def test_int8_cached_decoding_is_its_full_forward_pass():

@@ -1,15 +1,11 @@
-"""Attention's kernels beside their reference: softmax(Q K^T / sqrt(d_k) + mask) V (section 3.2.1).
+"""Fused attention: `model.attention.scaled_dot_product_attention`'s output by faster kernels.
 
 Shapes: per head [batch, length, heads, depth]; attention [batch, heads, q_length,
-kv_length], masks and biases broadcast to it (kernels/masks.py).
-
-`scaled_dot_product_attention` is the reference: written out, it returns the
-probabilities and drops them out (attention dropout). `fused_attention` computes
-the same output by a faster kernel: it hands a structured `masks.Mask` (segment
-ids, causal flag) to `jax.nn.dot_product_attention`, so that cuDNN's flash
-attention runs on NVIDIA GPUs, and elsewhere runs `attention_core`, whose
-hand-written backward pass is cheaper than autodiff's. Which one a layer runs is
-chosen in kernels/ops.py (docs/model.md).
+kv_length]. `fused_attention` hands a structured `model.attention.Mask` (segment ids,
+causal flag) to `jax.nn.dot_product_attention`, so that cuDNN's flash attention runs on
+NVIDIA GPUs, and elsewhere runs `attention_core`, whose hand-written backward pass is
+cheaper than autodiff's. Which one a layer runs is chosen in kernels/choice.py;
+tests/kernels/test_fused_attention.py holds each to the reference.
 """
 
 from __future__ import annotations
@@ -22,62 +18,24 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from t2t_jax.kernels.masks import Mask, mask_to_bias
+from t2t_jax.ids import NEG_INF
 
 Array = jax.Array
 
 
-def scaled_dot_product_attention(
-    q: Array, k: Array, v: Array, bias: Optional[Array] = None,
-    dropout_rng: Optional[Array] = None, dropout_rate: float = 0.0,
-    deterministic: bool = True, dtype: Any = None) -> tuple[Array, Array]:
-  """softmax(Q K^T / sqrt(d_k) + bias) V, for every head at once.
-
-  Args:
-    q: [batch, q_length, heads, d_k] queries.
-    k: [batch, kv_length, heads, d_k] keys.
-    v: [batch, kv_length, heads, d_v] values.
-    bias: additive, broadcastable to [batch, heads, q_length, kv_length]; use
-      `mask_to_bias` for masks.
-    dropout_rng: key for dropout on the probabilities; needed when
-      `deterministic` is False and `dropout_rate` > 0.
-    dtype: compute dtype of the two matrix products (default: q's dtype). The
-      logits, bias and softmax are float32 regardless.
-
-  Returns:
-    output [batch, q_length, heads, d_v] in `dtype`, and the probabilities
-    [batch, heads, q_length, kv_length] float32 (before dropout).
-  """
-  assert q.ndim == k.ndim == v.ndim == 4, f"rank-4 q, k, v expected: {q.shape} {k.shape} {v.shape}"
-  assert q.shape[0] == k.shape[0] == v.shape[0], f"batch mismatch: {q.shape} {k.shape} {v.shape}"
-  assert q.shape[2] == k.shape[2] == v.shape[2], f"heads mismatch: {q.shape} {k.shape} {v.shape}"
-  assert q.shape[3] == k.shape[3], f"q and k depth differ: {q.shape} {k.shape}"
-  assert k.shape[1] == v.shape[1], f"k and v lengths differ: {k.shape} {v.shape}"
-  use_dropout = not deterministic and dropout_rate > 0.0
-  if use_dropout and dropout_rng is None:
-    raise ValueError("attention dropout needs dropout_rng (pass rngs={'dropout': key})")
-  dtype = dtype or q.dtype
-  q = (q / math.sqrt(q.shape[-1])).astype(dtype)
-  logits = jnp.einsum("bqhd,bkhd->bhqk", q, k.astype(dtype)).astype(jnp.float32)
-  if bias is not None:
-    logits = logits + bias.astype(jnp.float32)
-  probs = jax.nn.softmax(logits, axis=-1)                              # [batch, heads, q, kv]
-  weights = probs
-  if use_dropout:
-    keep = jax.random.bernoulli(dropout_rng, 1.0 - dropout_rate, probs.shape)
-    weights = jnp.where(keep, probs / (1.0 - dropout_rate), 0.0)
-  out = jnp.einsum("bhqk,bkhd->bqhd", weights.astype(dtype), v.astype(dtype))
-  return out, probs
+def _bias(allowed: Array) -> Array:
+  """0 where allowed, NEG_INF elsewhere (`model.attention.mask_to_bias`)."""
+  return jnp.where(allowed, 0.0, NEG_INF).astype(jnp.float32)
 
 
-def fused_attention(q: Array, k: Array, v: Array, mask: Mask, dtype: Any = None,
+def fused_attention(q: Array, k: Array, v: Array, mask: Any, dtype: Any = None,
                     implementation: str = "core") -> Array:
   """`scaled_dot_product_attention`'s output, by the fastest path the backend has.
 
   Args:
     q: [batch, q_length, heads, d] queries.
     k, v: [batch, kv_length, heads, d] keys and values (one depth for both).
-    mask: for `jax.nn.dot_product_attention`, unpacked rows become sequence
+    mask: a `model.attention.Mask`; for `jax.nn.dot_product_attention`, unpacked rows become sequence
       lengths (cuDNN's native padding mask), packed rows a boolean segment mask,
       and `causal` is passed as such; `attention_core` takes it as a dense bias.
     dtype: compute dtype (default: q's); the softmax runs in float32 regardless.
@@ -95,7 +53,7 @@ def fused_attention(q: Array, k: Array, v: Array, mask: Mask, dtype: Any = None,
   assert q.ndim == k.ndim == v.ndim == 4, f"rank-4 q, k, v expected: {q.shape} {k.shape} {v.shape}"
   if k.shape[-1] != v.shape[-1]:
     raise ValueError(f"fused attention needs d_k == d_v, got {k.shape[-1]} and {v.shape[-1]}; "
-                     "use scaled_dot_product_attention")
+                     "use the reference (attention_impl=reference)")
   if mask.window is not None:
     raise ValueError("fused attention has no restricted (windowed) attention; use "
                      "scaled_dot_product_attention")
@@ -103,7 +61,7 @@ def fused_attention(q: Array, k: Array, v: Array, mask: Mask, dtype: Any = None,
   if implementation in ("core", "core_recompute"):
     heads_first = lambda x: x.astype(dtype).transpose(0, 2, 1, 3)     # [batch, heads, len, d]
     out = attention_core(heads_first(q / math.sqrt(q.shape[-1])), heads_first(k),
-                         heads_first(v), mask_to_bias(mask.dense()),
+                         heads_first(v), _bias(mask.dense()),
                          implementation == "core_recompute")
     real = (mask.q_segments != 0)[:, :, None, None]                    # [batch, q, 1, 1]
     return jnp.where(real, out.transpose(0, 2, 1, 3), 0).astype(dtype)
@@ -130,7 +88,7 @@ def attention_core(q: Array, k: Array, v: Array, bias: Array, recompute: bool = 
   passes over them (dS = P * (dP - rowsum(dO * O))); autodiff of the softmax makes
   XLA CPU run several more, which dominated the attention layers' backward.
 
-  `recompute` (the TPU's "core_recompute", kernels/ops.py) keeps no P: the forward
+  `recompute` (the TPU's "core_recompute", kernels/choice.py) keeps no P: the forward
   pass takes each row's max and sum of exponentials (float32) in a first pass over
   q k^T and computes P in a second one, and the backward pass computes P again
   from q, k and those statistics. The [batch, heads, q, kv] float32 exponentials

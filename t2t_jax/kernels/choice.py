@@ -1,0 +1,129 @@
+"""Which kernel runs each job, for the platform a program is built for: the one place that chooses.
+
+Each job has its reference where a reader meets it and faster swap-ins here in kernels/,
+held equal to the reference by the tests:
+  attention   reference `model.attention.scaled_dot_product_attention`; swap-ins
+              `fused_attention.fused_attention`'s "core", "core_recompute", "cudnn";
+              by the config's `attention_impl`, the platform and what the layer needs
+              (`attention_kernel`)
+  logits      reference `logits.projection` [rows, vocab]; swap-in
+              `logits.vocab_major_projection` [vocab, rows], which one model's searches
+              read in place (`logits_layout`)
+  top-k       reference `jax.lax.top_k`; swap-ins `topk.blocked_top_k(_columns)`, by the
+              platform the program is lowered for (`top_k`, `top_k_columns`)
+Dropout's masks are chosen by the config's `dropout_generator` (`model.layers.dropout`:
+`jax.random.bernoulli`, or `dropout.hash_dropout`), the same on every platform.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import jax
+import jax.numpy as jnp
+from jax import lax
+
+from t2t_jax.kernels import topk
+
+Array = jax.Array
+
+# Platforms whose programs get cuDNN attention: the names jax.default_backend() and the
+# compile-only topologies give NVIDIA GPUs.
+CUDNN_PLATFORMS = ("gpu", "cuda")
+
+
+# -------------------------------------------------------------------------- attention
+
+
+def fused_attention_kernel(dtype: Any, depth: int, platform: Optional[str] = None) -> str:
+  """The fused attention for `platform`'s programs (default: the backend running this
+  process): "cudnn" where cuDNN flash attention supports the case (NVIDIA GPU,
+  16-bit, depth a multiple of 8 up to 128); on a TPU in 16 bits "core_recompute"
+  (`attention_core` recomputing its probabilities: XLA's TPU cost model predicts a
+  shorter step, docs/benchmarks.md); else "core" (`attention_core`)."""
+  platform = platform or jax.default_backend()
+  sixteen_bits = jnp.dtype(dtype) in (jnp.bfloat16, jnp.float16)
+  if platform in CUDNN_PLATFORMS and sixteen_bits and depth % 8 == 0 and depth <= 128:
+    return "cudnn"
+  if platform == "tpu" and sixteen_bits:
+    return "core_recompute"
+  return "core"
+
+
+def _not_fused(dense: bool, window: Optional[int], d_k: int, d_v: int,
+               dropout: bool) -> Optional[str]:
+  """Why no fused kernel can run an attention (None: one can)."""
+  return ("the mask is a dense bias" if dense else
+          "the attention is windowed" if window is not None else
+          f"d_k={d_k} != d_v={d_v}" if d_k != d_v else
+          "attention dropout is on" if dropout else None)
+
+
+def attention_for_config(cfg: Any, platform: str) -> str:
+  """The `attention_impl` `platform`'s programs run for a config (`configs.ModelConfig` or
+  `TransformerConfig`): "fused" resolved to its kernel where every full-sequence layer
+  can run it; left "fused" where some layers run the reference anyway."""
+  if cfg.attention_impl != "fused":
+    return cfg.attention_impl
+  if _not_fused(False, cfg.attention_window, cfg.key_depth, cfg.value_depth,
+                cfg.attention_dropout_rate > 0):
+    return "fused"
+  return fused_attention_kernel(cfg.dtype, cfg.key_depth, platform)
+
+
+def attention_kernel(implementation: str, *, dense: bool, window: Optional[int], d_k: int,
+                     d_v: int, dtype: Any, dropout: bool = False,
+                     probabilities: bool = False) -> str:
+  """The kernel one attention runs: "reference", or `fused_attention`'s "core",
+  "core_recompute", "cudnn".
+
+  `implementation` is the config's `attention_impl`. The reference runs where it
+  is asked for, where the probabilities are wanted (attention maps), and where no
+  fused kernel applies (`_not_fused`: a `dense` bias rather than a structured mask,
+  a `window`, d_k != d_v, attention `dropout`); "fused" becomes
+  `fused_attention_kernel` for the backend running this process. "cudnn" that
+  cannot apply is an error, never a silent fallback.
+  """
+  if implementation == "reference" or probabilities:
+    return "reference"
+  why = _not_fused(dense, None if dense else window, d_k, d_v, dropout)
+  if why and implementation == "cudnn":
+    raise ValueError(f"cuDNN attention cannot run here ({why}); use "
+                     "--config.attention_impl=fused or reference")
+  if why:
+    return "reference"
+  if implementation == "fused":
+    return fused_attention_kernel(dtype, d_k)
+  return implementation
+
+
+# ----------------------------------------------------------------------------- logits
+
+
+def logits_layout(models: int) -> str:
+  """The layout a search over `models` models asks its step function for.
+
+  One model's logits go to the search as they are, vocabulary-major (read in place by
+  `decoding.beam_search.best`); an ensemble averages row-major log-probabilities.
+  """
+  return "vocab_major" if models == 1 else "row_major"
+
+
+# ------------------------------------------------------------------------------ top-k
+# Chosen inside the program by the platform it is compiled for (`lax.platform_dependent`),
+# so a program built here for a TPU gets the TPU's choice: `jax.lax.top_k` itself, which
+# XLA's TPU cost model predicts faster than the blocked one over 256 x 37000
+# (docs/benchmarks.md, "compiler predictions"); elsewhere `topk.blocked_top_k`.
+
+
+def top_k(x: Array, n: int) -> tuple[Array, Array]:
+  """`jax.lax.top_k(x, n)`: itself on a TPU, `topk.blocked_top_k` elsewhere."""
+  return lax.platform_dependent(x, tpu=lambda x: tuple(jax.lax.top_k(x, n)),
+                                default=lambda x: topk.blocked_top_k(x, n))
+
+
+def top_k_columns(x: Array, n: int) -> tuple[Array, Array]:
+  """`jax.lax.top_k(x.T, n)` for x [size, columns]: itself on a TPU,
+  `topk.blocked_top_k_columns` elsewhere."""
+  return lax.platform_dependent(x, tpu=lambda x: tuple(jax.lax.top_k(x.T, n)),
+                                default=lambda x: topk.blocked_top_k_columns(x, n))
