@@ -31,6 +31,7 @@ corpus ids. Prints one line per round and a table with the ratio new / old.
 from __future__ import annotations
 
 import argparse
+import importlib
 import json
 import os
 import platform
@@ -46,17 +47,14 @@ _ROOT = os.path.dirname(_HERE)
 
 def _mapped_update(cfg, parallelism: str = "pmap"):
   """(the state at step 0 on every device, the mapped step, the batch placement) of the
-  checkout the process runs: train/builder.py's, or in a checkout older than it (the
-  comparison's old side runs this file against one; pmap only), assembled from its parts."""
+  checkout the process runs: train/step.py's `build`, or train/builder.py's in a checkout
+  older than it (the comparison's old side runs this file against one)."""
   import jax  # pylint: disable=import-outside-toplevel
   try:
-    from t2t_jax.train import builder  # pylint: disable=import-outside-toplevel
-  except ImportError:
-    from t2t_jax.train import optim, parallel, steps  # pylint: disable=import-outside-toplevel
-    optimizer = optim.make_optimizer(cfg)
-    return (parallel.replicate(steps.create_train_state(cfg, optimizer, jax.random.key(0))),
-            parallel.pmap_train_step(cfg, optimizer), parallel.shard_batch)
-  built = builder.build(cfg, parallelism=parallelism)
+    from t2t_jax.train import step as step_lib  # pylint: disable=import-outside-toplevel
+  except ImportError:  # the old side of --compare: a module this package no longer has
+    step_lib = importlib.import_module("t2t_jax.train.builder")
+  built = step_lib.build(cfg, parallelism=parallelism)
   return (built.mapped.put_state(built.init_state(jax.random.key(0))), built.mapped.train_step,
           built.mapped.put_batch)
 

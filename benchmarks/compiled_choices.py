@@ -31,7 +31,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from t2t_jax import configs  # noqa: E402
 from t2t_jax.accelerators import aot, predict, targets  # noqa: E402
-from t2t_jax.kernels import topk  # noqa: E402
+from t2t_jax.kernels import logits as logits_lib  # noqa: E402
 
 
 CHOICES = ("dropout", "attention", "packing", "decode", "topk")
@@ -106,11 +106,11 @@ def main() -> None:
         print(_row(target, f"decode step logits ({decode_shape['sentences']} x beam 4)",
                    variant.replace("_", "-"), p), flush=True)
     if "topk" in choices:
-      for variant, fn in (("blocked", lambda x: topk.blocked_top_k(x, 8)),
+      for variant, fn in (("blocked", lambda x: logits_lib.blocked_top_k(x, 8)),
                           ("lax.top_k", lambda x: jax.lax.top_k(x, 8))):
         print(_row(target, f"top-k 8 of {top_k_vocab}, {top_k_rows} rows", variant,
                    _top_k_program(target, fn, top_k_rows, top_k_vocab)), flush=True)
-      for variant, fn in (("blocked", lambda x: topk.blocked_top_k_columns(x, 8)),
+      for variant, fn in (("blocked", lambda x: logits_lib.blocked_top_k_columns(x, 8)),
                           ("lax.top_k(x.T)", lambda x: jax.lax.top_k(x.T, 8))):
         print(_row(target, f"top-k 8 of {top_k_vocab}, {top_k_rows} vocabulary-major columns",
                    variant, _top_k_program(target, fn, top_k_vocab, top_k_rows)), flush=True)

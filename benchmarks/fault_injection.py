@@ -156,10 +156,10 @@ def final_state(workdir: pathlib.Path):
   from t2t_jax.runtime import averaging  # pylint: disable=g-import-not-at-top
   from t2t_jax.runtime import checkpoint  # pylint: disable=g-import-not-at-top
   from t2t_jax.runtime import workdir as workdir_lib
-  from t2t_jax.train import builder
+  from t2t_jax.train import step as step_lib
   cfg = workdir_lib.load_config(workdir)
   with checkpoint.Checkpointer(workdir, cfg) as ckpt:
-    state, extras = ckpt.restore_latest(builder.build(cfg).abstract_state())
+    state, extras = ckpt.restore_latest(step_lib.build(cfg).abstract_state())
   averaged = averaging.load_params(workdir, averaged=True)
   bleu = json.loads((workdir / "results.json").read_text())["bleu"]
   return state, extras["data"], averaged, bleu

@@ -120,7 +120,7 @@ class TransformerConfig:
   peak_tflops: Optional[float] = _field(
       None, "peak TFLOP/s per device, for MFU; None: looked up by device kind")
   parallelism: str = _field(
-      "pmap", "how steps map over devices: pmap or shard_map (train/parallel.py)")
+      "pmap", "how steps map over devices: pmap or shard_map (train/step.py)")
   compilation_cache: bool = _field(True, "use JAX's persistent compilation cache")
 
   # --- Checkpoints (section 6.1) ---

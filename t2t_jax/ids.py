@@ -1,5 +1,5 @@
-"""The numbers every module shares: the token-id convention, the finite stand-in for log 0,
-and a decoded row read back as a sentence's ids (`strip_eos`).
+"""The conventions every module shares: the token ids, the finite stand-in for log 0, the
+batch fields of packed rows, and a decoded row read back as a sentence's ids (`strip_eos`).
 
 0 is padding (and the decoder's start input: targets are shifted right with 0
 in front), 1 ends a sentence, 2 is an unknown piece. There is no BOS.
@@ -18,6 +18,9 @@ FILLER = -1
 # and sums of it (masks added together, scores of impossible hypotheses) stay
 # finite, so no softmax, sum or division of it makes NaN.
 NEG_INF = -1e9
+
+# The batch fields packed rows add (data/packing.py writes them, the train step reads them).
+SEGMENT_KEYS = ("inputs_segments", "targets_segments")
 
 
 def strip_eos(tokens: Iterable[int]) -> list[int]:

@@ -12,8 +12,8 @@ import orbax.checkpoint as ocp
 
 from t2t_jax import configs
 from t2t_jax.runtime import checkpoint
-from t2t_jax.train import optim
-from t2t_jax.train.steps import TrainState
+from t2t_jax.train import step as step_lib
+from t2t_jax.train.step import TrainState
 
 CFG = configs.get_config("demo", num_layers=1, d_model=16, checkpoint_every_steps=None,
                           checkpoint_every_minutes=None, average_last=3)
@@ -27,7 +27,7 @@ def make_state(seed: int) -> TrainState:
       "layer_0": {"w": jnp.asarray(rng.normal(size=(16, 32)), jnp.float32),
                   "b": jnp.asarray(rng.normal(size=(32,)), jnp.float32)},
   }
-  optimizer = optim.make_optimizer(CFG)
+  optimizer = step_lib.make_optimizer(CFG)
   opt_state = optimizer.init(params)
   for _ in range(2):
     grads = jax.tree.map(lambda p: p * 0.5, params)

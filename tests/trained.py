@@ -20,7 +20,7 @@ from t2t_jax import configs
 from t2t_jax.data import demo
 from t2t_jax.data import vocab
 from t2t_jax.runtime import checkpoint
-from t2t_jax.train import builder
+from t2t_jax.train import step as step_lib
 
 LENGTH = 20          # pieces per side, EOS included; longer pairs are left out
 ROWS = 64            # sentence pairs per update
@@ -72,7 +72,7 @@ def make(root: pathlib.Path, num_steps: int = STEPS) -> pathlib.Path:
   pairs = demo.generate(4000, seed=0, max_words=9)
   tokenizer = vocab.build_or_load(cfg.vocab_size, str(root / "vocab"), lambda: pairs)
   (root / "config.json").write_text(json.dumps(dataclasses.asdict(cfg)))
-  built = builder.build(cfg, devices=jax.local_devices()[:1], parallelism="pmap")
+  built = step_lib.build(cfg, devices=jax.local_devices()[:1], parallelism="pmap")
   mapped = built.mapped
   state = mapped.put_state(built.init_state(jax.random.key(0)))
   batches = _batches(tokenizer, pairs, np.random.default_rng(0))

@@ -6,7 +6,7 @@
 
 Each step is the one the training loop (or the translator) runs, traced on
 shapes only and compiled by the target's own compiler on compile-only devices
-(targets.topology): the train step is train/builder.py's under jit+shard_map,
+(targets.topology): the train step is train/step.py's under jit+shard_map,
 data parallel over the target's devices with the state donated (the pmap step's
 tested twin), with its gradient accumulation and packed rows; the model's
 kernels are those of the target's platform (`kernels.for_platform`). Nothing is
@@ -30,9 +30,8 @@ from t2t_jax.accelerators import kernels
 from t2t_jax.accelerators.targets import Target, topology
 from t2t_jax.configs import TransformerConfig
 from t2t_jax.model import decode_cache
-from t2t_jax.train import builder
 from t2t_jax.train import memory
-from t2t_jax.train import parallel
+from t2t_jax.train import step as step_lib
 
 # The custom call XLA's GPU compiler emits for a cuDNN fused attention (forward or backward).
 _CUDNN_ATTENTION = re.compile(r'custom_call_target="__cudnn\$fmha[^"]*"')
@@ -120,8 +119,8 @@ def _program(lowered) -> Program:
 
 
 def mesh(target: Target) -> jax.sharding.Mesh:
-  """A 1-D "batch" mesh over `target`'s compile-only devices, as parallel.py's."""
-  return parallel.data_mesh(topology(target).devices)
+  """A 1-D "batch" mesh over `target`'s compile-only devices, as train/step.py's."""
+  return step_lib.data_mesh(topology(target).devices)
 
 
 def _placed(tree: Any, sharding: NamedSharding) -> Any:
@@ -137,7 +136,7 @@ def compile_train_step(cfg: TransformerConfig, target: Target, rows: int, length
   not grow with them; time does).
   """
   cfg = kernels.for_platform(cfg, target.platform)
-  built = builder.build(cfg, devices=topology(target).devices, parallelism="shard_map")
+  built = step_lib.build(cfg, devices=topology(target).devices, parallelism="shard_map")
   return _program(built.lower(rows, length, accum_steps, packed))
 
 
@@ -147,9 +146,9 @@ def compile_eval_step(cfg: TransformerConfig, target: Target, rows: int, length:
   m = mesh(target)
   params = jax.eval_shape(functools.partial(model_lib.init_params, cfg.model), jax.random.key(0))
   batch = {n: jax.ShapeDtypeStruct((target.devices, 1, rows, length), jnp.int32,
-                                   sharding=NamedSharding(m, P(parallel.AXIS)))
+                                   sharding=NamedSharding(m, P(step_lib.AXIS)))
            for n in ("inputs", "targets")}
-  step = parallel.jit_shard_map_eval_step(cfg, m)
+  step = step_lib.jit_shard_map_eval_step(cfg, m)
   return _program(step.lower(_placed(params, NamedSharding(m, P())), batch))
 
 

@@ -3,7 +3,7 @@
     report = measure.measure(cfg, steps=10)        # t2t-compile --measure
     report["step_s"], report["predicted"]["step_s"], report["measured_over_predicted"]
 
-The training step is the training loop's own (train/builder.py's: the
+The training step is the training loop's own (train/step.py's: the
 config's parallelism over every local device, its micro-steps, dtype and
 kernels, the state donated), compiled here for the devices the process has (a
 GPU, a TPU, or the CPU), fed synthetic full rows as t2t-compile's prediction
@@ -36,12 +36,11 @@ from t2t_jax.configs import TransformerConfig
 from t2t_jax.decoding import ensemble
 from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import search as search_lib
-from t2t_jax.ids import EOS_ID
+from t2t_jax.ids import EOS_ID, SEGMENT_KEYS
 from t2t_jax.model import transformer
-from t2t_jax.train import builder
 from t2t_jax.train import flops
 from t2t_jax.train import memory
-from t2t_jax.train import steps
+from t2t_jax.train import step as step_lib
 
 DECODE_BEAM = 4
 # Source sentence of the decoding batch, EOS included: about a WMT14 En-De sentence in
@@ -89,7 +88,7 @@ def synthetic_batch(cfg: TransformerConfig, devices: int, accum_steps: int, rows
   batch = {name: rng.integers(FIRST_ID, cfg.vocab_size, shape, dtype=np.int32)
            for name in ("inputs", "targets")}
   if cfg.packing:
-    batch.update({name: np.ones(shape, np.int32) for name in steps.SEGMENT_KEYS})
+    batch.update({name: np.ones(shape, np.int32) for name in SEGMENT_KEYS})
   return batch
 
 
@@ -109,7 +108,7 @@ def time_updates(cfg: TransformerConfig, steps_timed: int, warmup: int
   length = plan.row_length(cfg)
   cfg = memory.resolve_max_tokens_per_device(cfg, count, length, packed=cfg.packing)
   rows, tokens, accum = plan.micro_batch(cfg, count, length)
-  built = builder.build(cfg)
+  built = step_lib.build(cfg)
   devices = built.mapped
   state = devices.put_state(built.init_state(jax.random.key(cfg.seed)))
   batch = devices.put_batch(synthetic_batch(cfg, count, accum, rows, length))

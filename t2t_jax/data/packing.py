@@ -30,6 +30,8 @@ from typing import Iterator, Optional, Protocol
 
 import numpy as np
 
+from t2t_jax.ids import SEGMENT_KEYS  # the batch fields packing adds
+
 # Pairs packed together. First-fit decreasing already fills rows about as well as it
 # can in much smaller windows of the demo corpus (docs/benchmarks.md, "Input
 # pipeline"); bigger windows only cost time.
@@ -37,7 +39,6 @@ WINDOW = 4096
 # The shortest rows. Shorter ones would hold about one sentence: nothing to pack.
 SHORTEST_ROW = 32
 
-SEGMENT_KEYS = ("inputs_segments", "targets_segments")  # the batch fields packing adds
 
 Rows = list[np.ndarray]  # pair indices of each row, in row order
 

@@ -9,7 +9,7 @@ held equal to the reference by the tests:
   logits      reference `logits.projection` [rows, vocab]; swap-in
               `logits.vocab_major_projection` [vocab, rows], which one model's searches
               read in place (`logits_layout`)
-  top-k       reference `jax.lax.top_k`; swap-ins `topk.blocked_top_k(_columns)`, by the
+  top-k       reference `jax.lax.top_k`; swap-ins `logits.blocked_top_k(_columns)`, by the
               platform the program is lowered for (`top_k`, `top_k_columns`)
 Dropout's masks are chosen by the config's `dropout_generator` (`model.layers.dropout`:
 `jax.random.bernoulli`, or `dropout.hash_dropout`), the same on every platform.
@@ -23,7 +23,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from t2t_jax.kernels import topk
+from t2t_jax.kernels import logits as logits_lib
 
 Array = jax.Array
 
@@ -113,17 +113,17 @@ def logits_layout(models: int) -> str:
 # Chosen inside the program by the platform it is compiled for (`lax.platform_dependent`),
 # so a program built here for a TPU gets the TPU's choice: `jax.lax.top_k` itself, which
 # XLA's TPU cost model predicts faster than the blocked one over 256 x 37000
-# (docs/benchmarks.md, "compiler predictions"); elsewhere `topk.blocked_top_k`.
+# (docs/benchmarks.md, "compiler predictions"); elsewhere `logits.blocked_top_k`.
 
 
 def top_k(x: Array, n: int) -> tuple[Array, Array]:
-  """`jax.lax.top_k(x, n)`: itself on a TPU, `topk.blocked_top_k` elsewhere."""
+  """`jax.lax.top_k(x, n)`: itself on a TPU, `logits.blocked_top_k` elsewhere."""
   return lax.platform_dependent(x, tpu=lambda x: tuple(jax.lax.top_k(x, n)),
-                                default=lambda x: topk.blocked_top_k(x, n))
+                                default=lambda x: logits_lib.blocked_top_k(x, n))
 
 
 def top_k_columns(x: Array, n: int) -> tuple[Array, Array]:
   """`jax.lax.top_k(x.T, n)` for x [size, columns]: itself on a TPU,
-  `topk.blocked_top_k_columns` elsewhere."""
+  `logits.blocked_top_k_columns` elsewhere."""
   return lax.platform_dependent(x, tpu=lambda x: tuple(jax.lax.top_k(x.T, n)),
-                                default=lambda x: topk.blocked_top_k_columns(x, n))
+                                default=lambda x: logits_lib.blocked_top_k_columns(x, n))

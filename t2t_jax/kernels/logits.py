@@ -1,6 +1,8 @@
-"""A decoding step's logits in either layout: [rows, vocab], or `VocabMajor` [vocab, rows].
+"""The output layer's kernels: the projection onto the vocabulary in either layout, top-k over
+it for the searches, and for training the projection fused with the loss.
 
-The output projection (section 3.4) has two kernels: `projection`, the reference
+Decoding. A step's logits come in either layout: [rows, vocab], or `VocabMajor` [vocab,
+rows]. The output projection (section 3.4) has two kernels: `projection`, the reference
 y . E^T [..., vocab], and `vocab_major_projection`, E . y^T [vocab, rows]. On
 XLA CPU the second runs faster for a beam's few rows, as long as nothing
 transposes its result (docs/benchmarks.md): one model's searches ask for it
@@ -14,17 +16,36 @@ the weights only (`shortlist_kernel`): `VocabMajor` logits [size, rows] whose
 rows after them padding the size to a bucket. The searches pick in that space
 and read the ids back (decoding/beam_search.py); `row_major` scatters the listed
 logits into a [rows, vocab] array whose other entries are NEG_INF.
+
+Top-k. XLA CPU sorts each row of a top-k on one thread: over a 37000-word
+vocabulary that is most of a step's search (docs/benchmarks.md, "Decoding"). In
+`blocked_top_k` the row is cut into blocks; the n best elements lie in the n blocks
+with the best maxima (each of them is at most its block's maximum, which then ranks
+among the n best too; on ties the lower block, whose elements have lower indices,
+comes first as the lower index does), so only those blocks' elements, kept in index
+order, go through the exact top-k. The searches call `choice.top_k` and
+`choice.top_k_columns`, which choose by the platform the program is compiled for:
+on a TPU `jax.lax.top_k` itself (the reference), elsewhere the blocked one.
+
+Training. `output_metrics(features, kernel, targets, smoothing)` is
+`train.step.compute_metrics(features @ kernel.T, ...)` (the reference) with the
+projection and the label-smoothed loss fused under a hand-written gradient: the
+logits are computed once and their gradient written once, (softmax - q) per token,
+instead of the several [tokens, vocab] temporaries autodiff of log_softmax leaves
+behind. At a 37000-word vocabulary those arrays are a large share of a step.
 """
 
 from __future__ import annotations
 
+import functools
+import math
 from typing import Optional
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 
-from t2t_jax.ids import FILLER, NEG_INF
+from t2t_jax.ids import FILLER, NEG_INF, PAD_ID
 
 Array = jax.Array
 
@@ -97,3 +118,124 @@ def project_logits(hidden: Array, kernel: Array, layout: str = "row_major",
   if layout == "vocab_major":
     return vocab_major_projection(hidden, kernel)
   return projection(hidden, kernel)
+
+
+# ------------------------------------------------------------------------------ top-k
+
+
+def _block(size: int, n: int) -> int:
+  """Block length: about sqrt(size / n), so that both stages' top-k are short."""
+  return max(8, 1 << round(math.log2(math.sqrt(size / max(n, 1)))))
+
+
+def blocked_top_k(x: Array, n: int) -> tuple[Array, Array]:
+  """`jax.lax.top_k` over the last axis (same values, same indices, ties included), faster on wide rows."""
+  *lead, size = x.shape
+  block = _block(size, n)
+  blocks = -(-size // block)
+  if blocks <= n:
+    return tuple(jax.lax.top_k(x, n))
+  pad = [(0, 0)] * len(lead) + [(0, blocks * block - size)]
+  x = jnp.pad(x, pad, constant_values=-jnp.inf).reshape(*lead, blocks, block)
+  _, chosen = jax.lax.top_k(jnp.max(x, axis=-1), n)                   # [..., n] blocks
+  chosen = jnp.sort(chosen, axis=-1)                                  # index order
+  candidates = jnp.take_along_axis(x, chosen[..., None], axis=-2)     # [..., n, block]
+  return _finish(candidates, chosen, block)
+
+
+def blocked_top_k_columns(x: Array, n: int) -> tuple[Array, Array]:
+  """`jax.lax.top_k(x.T, n)` for x [size, columns]: the top n of each column, read in place.
+
+  For a column-major product (the decoder's vocabulary-major logits, decoding/next_token.py):
+  the block maxima reduce over the leading axis, so x itself is never transposed;
+  only the chosen blocks are gathered. Returns values, indices [columns, n].
+  """
+  size, columns = x.shape
+  block = _block(size, n)
+  blocks = -(-size // block)
+  if blocks <= n:
+    return tuple(jax.lax.top_k(x.T, n))
+  x = jnp.pad(x, [(0, blocks * block - size), (0, 0)], constant_values=-jnp.inf)
+  x = x.reshape(blocks, block, columns)
+  _, chosen = jax.lax.top_k(jnp.max(x, axis=1).T, n)                  # [columns, n] blocks
+  chosen = jnp.sort(chosen, axis=-1)
+  candidates = x[chosen, :, jnp.arange(columns)[:, None]]             # [columns, n, block]
+  return _finish(candidates, chosen, block)
+
+
+def _finish(candidates: Array, chosen: Array, block: int) -> tuple[Array, Array]:
+  """The exact top n of the chosen blocks' elements [..., n, block], as indices into the row."""
+  *lead, n, _ = candidates.shape
+  values, at = jax.lax.top_k(candidates.reshape(*lead, n * block), n)
+  index = jnp.take_along_axis(chosen, at // block, axis=-1) * block + at % block
+  return values, index
+
+
+# ------------------------------------------------------- the output layer and the loss
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def output_metrics(features: Array, kernel: Array, targets: Array,
+                   smoothing: tuple[float, float, float]) -> dict[str, Array]:
+  """`train.step.compute_metrics(features @ kernel.T, targets, eps)`, fused with its gradient.
+
+  Args:
+    features: [..., d_model] in the compute dtype (the decoder's last layer).
+    kernel: [vocab, d_model] float32, the pre-softmax weights (shared embedding).
+    targets: [...] int ids; padding (0) weighs 0.
+    smoothing: the smoothed target q (static): its gold probability, every other
+      id's, and its entropy (`train.step.smoothing(eps, vocab)`).
+
+  Returns:
+    The same float32 sums as the reference: `loss`, `nll`, `correct`, `tokens`.
+  """
+  return _output_metrics_fwd(features, kernel, targets, smoothing)[0]
+
+
+def _fused_logits(features, kernel):
+  """[tokens, d] x [vocab, d] -> [tokens, vocab] float32, operands in the features' dtype."""
+  return jnp.dot(features, kernel.astype(features.dtype).T, preferred_element_type=jnp.float32)
+
+
+def _output_metrics_fwd(features, kernel, targets, smoothing):
+  if features.shape[:-1] != targets.shape or kernel.shape[1] != features.shape[-1]:
+    raise ValueError(f"features {features.shape}, kernel {kernel.shape} and targets "
+                     f"{targets.shape} do not match: expected [..., d], [vocab, d] and [...]")
+  vocab = kernel.shape[0]
+  flat = features.reshape(-1, features.shape[-1])                      # [tokens, d]
+  gold_ids = targets.reshape(-1)                                       # [tokens]
+  logits = _fused_logits(flat, kernel)                                 # [tokens, vocab]
+  top = jnp.max(logits, axis=-1)                                       # [tokens]
+  log_z = top + jnp.log(jnp.sum(jnp.exp(logits - top[:, None]), axis=-1))
+  gold = jnp.take_along_axis(logits, gold_ids[:, None], axis=-1)[:, 0]
+  nll = log_z - gold
+  confidence, low, entropy = smoothing
+  # -sum_j q_j log p_j, with log p_j = logit_j - log_z and sum_j q_j = 1.
+  loss = (confidence - low) * nll + low * (vocab * log_z - jnp.sum(logits, axis=-1)) - entropy
+  weights = (gold_ids != PAD_ID).astype(jnp.float32)
+  correct = (gold >= top).astype(jnp.float32)   # ties count, as in the reference
+  sums = {"loss": jnp.sum(loss * weights), "nll": jnp.sum(nll * weights),
+          "correct": jnp.sum(correct * weights), "tokens": jnp.sum(weights)}
+  return sums, (features, kernel, gold_ids, logits, log_z)
+
+
+def _output_metrics_bwd(smoothing, residuals, g):
+  features, kernel, gold_ids, logits, log_z = residuals
+  vocab = kernel.shape[0]
+  confidence, low, _ = smoothing
+  weights = (gold_ids != PAD_ID).astype(jnp.float32)                  # [tokens]
+  # d loss / d logits = p - q and d nll / d logits = p - onehot(gold), per real token.
+  scale = (weights * (g["loss"] + g["nll"]))[:, None]                  # [tokens, 1]
+  gold_weight = (weights * (g["loss"] * (confidence - low) + g["nll"]))[:, None]
+  one_hot = jnp.arange(vocab)[None, :] == gold_ids[:, None]            # fused, never stored
+  d_logits = (scale * jnp.exp(logits - log_z[:, None]) - (weights * g["loss"] * low)[:, None]
+              - jnp.where(one_hot, gold_weight, 0.0)).astype(features.dtype)  # [tokens, vocab]
+  flat = features.reshape(-1, features.shape[-1])                      # [tokens, d]
+  d_features = jnp.dot(d_logits, kernel.astype(features.dtype),
+                       preferred_element_type=jnp.float32)
+  d_kernel = jnp.dot(d_logits.T, flat, preferred_element_type=jnp.float32)
+  return (d_features.astype(features.dtype).reshape(features.shape),
+          d_kernel.astype(kernel.dtype), None)
+
+
+output_metrics.defvjp(_output_metrics_fwd, _output_metrics_bwd)

@@ -206,7 +206,7 @@ class Transformer(nn.Module):
   def features(self, inputs: Array, targets: Array, train: bool = False,
                inputs_segments: Optional[Array] = None,
                targets_segments: Optional[Array] = None) -> tuple[Array, Array]:
-    """`__call__` stopped before the output projection, for `loss.output_metrics`.
+    """`__call__` stopped before the output projection, for `logits.output_metrics` (train/step.py).
 
     Returns the decoder's last layer [batch, tgt_len, d_model] (compute dtype) and
     the pre-softmax weights [vocab, d_model] float32; logits = features @ weights.T.

@@ -24,7 +24,7 @@ import jax
 from t2t_jax import errors
 from t2t_jax.configs import TransformerConfig
 from t2t_jax.runtime import multihost
-from t2t_jax.train import builder
+from t2t_jax.train import step as step_lib
 
 log = logging.getLogger(__name__)
 
@@ -49,12 +49,12 @@ def step_memory(cfg: TransformerConfig, rows: int, length: int, packed: bool = F
                 device: Optional[jax.Device] = None) -> StepMemory:
   """Compiles (does not run) the train step for one micro-batch [rows, length] on `device`.
 
-  The step is the training loop's own (train/builder.py's: state donated, Adam
+  The step is the training loop's own (train/step.py's: state donated, Adam
   update included), pmapped over that one device, traced on shapes only: nothing
   is allocated.
   """
   device = device or jax.local_devices()[0]
-  built = builder.build(cfg, devices=[device], parallelism="pmap")
+  built = step_lib.build(cfg, devices=[device], parallelism="pmap")
   stats = built.lower(rows, length, packed=packed).compile().memory_analysis()
   return StepMemory(stats.argument_size_in_bytes, stats.output_size_in_bytes,
                     stats.alias_size_in_bytes, stats.temp_size_in_bytes)

@@ -37,10 +37,9 @@ from t2t_jax.runtime import checkpoint
 from t2t_jax.runtime import lock
 from t2t_jax.runtime import multihost
 from t2t_jax.runtime import preemption
-from t2t_jax.train import builder
 from t2t_jax.train import flops as flops_lib
-from t2t_jax.train import loss as loss_lib
 from t2t_jax.train import memory
+from t2t_jax.train import step as step_lib
 from t2t_jax.train.metrics_writer import MetricsWriter
 
 log = logging.getLogger(__name__)
@@ -55,7 +54,7 @@ class _Window:
   """Train metrics and throughput since the last log line."""
 
   def __init__(self):
-    self.sums = {**dict.fromkeys(loss_lib.METRIC_SUMS, 0.0), "grad_norm": 0.0}
+    self.sums = {**dict.fromkeys(step_lib.METRIC_SUMS, 0.0), "grad_norm": 0.0}
     self.steps = 0
     self.learning_rate = float("nan")
     # Throughput counts only steps dispatched after `start` (see `start_timer`).
@@ -101,7 +100,7 @@ class Trainer:
 
   def __init__(self, cfg: TransformerConfig, workdir: str | os.PathLike,
                dataset: Optional[dataset_lib.Dataset] = None, init_params: Any = None):
-    builder.check_trainable(cfg)  # before the work directory is made or locked
+    step_lib.check_trainable(cfg)  # before the work directory is made or locked
     self.created = time.time()
     self.cfg = cfg
     self.workdir = pathlib.Path(workdir)
@@ -130,7 +129,7 @@ class Trainer:
                                              jax.process_index(), jax.process_count())
 
     # --- Model and state ---
-    built = builder.build(cfg)
+    built = step_lib.build(cfg)
     # The dropout key is derived again from the seed on resume; it is never saved.
     init_key, self.dropout_key = jax.random.split(jax.random.key(cfg.seed))
     abstract_state = built.abstract_state()
@@ -213,11 +212,11 @@ class Trainer:
       if self.cfg.num_eval_batches is not None and i >= self.cfg.num_eval_batches:
         break
       outputs.append(self.devices.eval_step(self.state.params, self.devices.put_batch(batch)))
-    sums = dict.fromkeys(loss_lib.METRIC_SUMS, 0.0)
+    sums = dict.fromkeys(step_lib.METRIC_SUMS, 0.0)
     for out in jax.device_get([self.devices.get(o) for o in outputs]):
       for name in sums:
         sums[name] += float(out[name])
-    return {f"eval_{k}": v for k, v in loss_lib.summarize(sums).items()}
+    return {f"eval_{k}": v for k, v in step_lib.summarize(sums).items()}
 
   # --- Loop --------------------------------------------------------------------------
 
@@ -234,7 +233,7 @@ class Trainer:
     window.add_device(host)
 
   def log_record(self, step: int, window: _Window) -> dict[str, Any]:
-    sums = loss_lib.summarize({k: window.sums[k] for k in loss_lib.METRIC_SUMS})
+    sums = step_lib.summarize({k: window.sums[k] for k in step_lib.METRIC_SUMS})
     record = {"step": step, "train_loss": sums["loss"], "train_nll": sums["nll"],
               "train_accuracy": sums["accuracy"], "train_perplexity": sums["perplexity"],
               "learning_rate": window.learning_rate,

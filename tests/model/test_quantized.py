@@ -17,7 +17,7 @@ from t2t_jax import configs
 from t2t_jax.kernels import int8
 from t2t_jax.model import quantized
 from t2t_jax.model import transformer
-from t2t_jax.train import builder
+from t2t_jax.train import step as step_lib
 
 # d_k != d_v so that a swapped or mis-flattened projection cannot go unnoticed.
 CFG = configs.get_config("demo", vocab_size=23, num_layers=2, d_model=16, d_ff=32, num_heads=2,
@@ -111,6 +111,6 @@ def test_float32_params_are_refused_by_the_float_config_and_training_refuses_int
   with pytest.raises(ValueError, match="quantize_params makes int8 params"):
     quantized.quantize_params(CFG.model, _params(CFG))
   with pytest.raises(ValueError, match="quantization='int8' is for decoding only"):
-    builder.build(_int8(CFG))
+    step_lib.build(_int8(CFG))
   with pytest.raises(ValueError, match="cannot be combined with dtype='bfloat16'"):
     _int8(CFG).replace(dtype="bfloat16")

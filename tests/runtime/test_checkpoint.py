@@ -14,7 +14,7 @@ import pytest
 
 from saved_states import CFG, Unreadable, assert_trees_equal, eio, make_state, save_steps, truncate
 from t2t_jax.runtime import checkpoint
-from t2t_jax.train.steps import TrainState
+from t2t_jax.train.step import TrainState
 
 
 def test_round_trip_of_state_and_extras(tmp_path):

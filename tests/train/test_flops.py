@@ -8,7 +8,7 @@ import pytest
 from t2t_jax import configs
 from t2t_jax.model import transformer
 from t2t_jax.train import flops
-from t2t_jax.train import loss
+from t2t_jax.train import step as step_lib
 
 
 def _dot_flops(jaxpr) -> int:
@@ -40,7 +40,7 @@ def test_forward_and_training_flops_count_every_traced_matmul():
     return transformer.Transformer(cfg.model).apply({"params": p}, source, target)
 
   def train_loss(p):
-    return loss.compute_metrics(forward(p), target, cfg.label_smoothing)["loss"]
+    return step_lib.compute_metrics(forward(p), target, cfg.label_smoothing)["loss"]
 
   assert _dot_flops(jax.make_jaxpr(forward)(params).jaxpr) == flops.forward_flops(cfg, 7, 5)
   assert _dot_flops(jax.make_jaxpr(jax.grad(train_loss))(params).jaxpr) == \

@@ -23,7 +23,7 @@ import pytest
 import trained
 from t2t_jax import configs
 from t2t_jax.runtime import checkpoint
-from t2t_jax.train import builder
+from t2t_jax.train import step as step_lib
 
 NUM_STEPS = 24
 EVERY = 2
@@ -132,7 +132,7 @@ def reference(tmp_path_factory, overrides, compilation_cache):
 def _final(workdir, overrides):
   cfg = configs.get_config("demo", **overrides)
   with checkpoint.Checkpointer(workdir, cfg) as ckpt:
-    return ckpt.restore_latest(builder.build(cfg).abstract_state())
+    return ckpt.restore_latest(step_lib.build(cfg).abstract_state())
 
 
 def _assert_same_run(reference, resumed, overrides, restored_step):
