@@ -127,7 +127,9 @@ def _timed(fn, repeats: int) -> tuple[float, float, object]:
 # (search, driver, model): the modules holding `_beam_decode`, `decode_ids` and
 # `init_params` in each layout, newest first; the last is the flat t2t_jax/decode.py
 # of before the subpackages (5ffbee3).
-_LAYOUTS = (("t2t_jax.decoding.batch_decoder", "t2t_jax.inference.sentence_batches",
+_LAYOUTS = (("t2t_jax.decoding.batch_decoder", "t2t_jax.decoding.sentence_batches",
+             "t2t_jax.model.transformer"),
+            ("t2t_jax.decoding.batch_decoder", "t2t_jax.inference.sentence_batches",
              "t2t_jax.model.transformer"),
             ("t2t_jax.decoding.batch", "t2t_jax.decoding.batch", "t2t_jax.model.transformer"),
             ("t2t_jax.decoding.decode", "t2t_jax.decoding.decode", "t2t_jax.model.transformer"),
@@ -156,7 +158,12 @@ def _driver():
   fixed = {"narrow_batch": False, "min_len": 1}
   fixed = {k: v for k, v in fixed.items() if k in accepted}
 
-  def beam_decode(params, inputs, max_lens, cfg, **settings):
+  def beam_decode(params, inputs, max_lens, cfg, cached=True, **settings):
+    if "cached" in accepted:
+      settings["cached"] = cached
+    elif not cached:  # the uncached reference is a module of its own
+      uncached = importlib.import_module("t2t_jax.decoding.uncached")
+      return uncached._beam(params, inputs, max_lens, cfg=cfg.model, min_len=1, **settings)
     if "models" in accepted:  # one model of an ensemble's tuple
       return search._beam_decode((params,), inputs, max_lens, models=(cfg.model,), **fixed,
                                  **settings)
@@ -545,7 +552,7 @@ def _trained_workload(args):
   from t2t_jax.export import exported_search
   from t2t_jax.export import loading
   from t2t_jax.ids import EOS_ID
-  from t2t_jax.inference import sentence_batches
+  from t2t_jax.decoding import sentence_batches
   cfg, params, spm_path = loading.load_workdir(args.workdir)
   tokenizer = vocab.Tokenizer(spm_path)
   lines = (pathlib.Path(args.workdir) / "data" / "demo" / "test.en").read_text(

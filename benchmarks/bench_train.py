@@ -9,8 +9,8 @@
 Step speed (default): the real pmapped `train_step` (dropout on, Adam update) over
 all local devices, on random token ids in one bucket shape `[rows, length]` per
 device, so the figures are for full, unpadded batches. The first step
-(compilation) is timed apart. MFU = model FLOPs per step (t2t_jax.train.flops) / step
-time / (devices x peak); peak comes from flops.PEAK_TFLOPS by device kind, or
+(compilation) is timed apart. MFU = model FLOPs per step (t2t_jax.train.metrics) / step
+time / (devices x peak); peak comes from metrics.PEAK_TFLOPS by device kind, or
 `--peak_tflops`. The paper's batch is 25000 target tokens per step over 8 GPUs,
 i.e. `--tokens_per_device=3125` on 8 devices.
 
@@ -65,7 +65,10 @@ def bench(name: str, dtype: str, tokens_per_device: int, length: int, num_steps:
           peak_tflops: float | None, parallelism: str = "pmap") -> dict:
   import jax  # pylint: disable=import-outside-toplevel
   from t2t_jax import configs  # pylint: disable=import-outside-toplevel
-  from t2t_jax.train import flops
+  try:
+    from t2t_jax.train import metrics as metrics_lib  # pylint: disable=import-outside-toplevel
+  except ImportError:  # the old side of --compare
+    metrics_lib = importlib.import_module("t2t_jax.train.flops")
   cfg = configs.get_config(name, dtype=dtype, peak_tflops=peak_tflops)
   devices = jax.local_device_count()
   rows = max(1, tokens_per_device // length)
@@ -88,10 +91,10 @@ def bench(name: str, dtype: str, tokens_per_device: int, length: int, num_steps:
   step_s = (time.perf_counter() - start) / num_steps
 
   tokens = devices * rows * length
-  step_flops = devices * rows * flops.train_flops(cfg, length, length)
+  step_flops = devices * rows * metrics_lib.train_flops(cfg, length, length)
   kind = jax.devices()[0].device_kind
-  utilisation = flops.mfu(step_flops, step_s, devices,
-                          flops.peak_flops(kind, dtype, peak_tflops))
+  utilisation = metrics_lib.mfu(step_flops, step_s, devices,
+                          metrics_lib.peak_flops(kind, dtype, peak_tflops))
   return {"config": name, "dtype": dtype, "device": kind, "devices": devices,
           "batch": f"{devices}x[{rows},{length}]", "compile_s": compile_s, "step_s": step_s,
           "tokens_per_s": tokens / step_s, "tflops_per_s": step_flops / step_s / 1e12,

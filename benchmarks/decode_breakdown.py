@@ -41,6 +41,7 @@ from t2t_jax.ids import EOS_ID  # noqa: E402
 from t2t_jax.kernels import int8  # noqa: E402
 from t2t_jax.kernels import logits as logits_lib  # noqa: E402
 from t2t_jax.model import attention, decode_cache, quantized, transformer  # noqa: E402
+from t2t_jax.decoding import beam_search
 
 # --smoke: a toy model, to check that the script runs (its figures mean nothing).
 SMOKE_MODEL = dict(num_layers=1, d_model=32, d_ff=64, num_heads=2, vocab_size=64)
@@ -67,7 +68,7 @@ def _search(cfg, params, inputs, ids, *, beam_size: int, steps: int):
 
 def _steps(cfg, params, inputs, ids, *, beam_size: int, steps: int):
   """decode_step alone, `steps` times on the beams' tiled cache (what the search feeds it)."""
-  cache = decode_cache.tile(transformer.init_cache(cfg, params, inputs, steps), beam_size)
+  cache = beam_search.tile(transformer.init_cache(cfg, params, inputs, steps), beam_size)
   rows = inputs.shape[0] * beam_size
 
   def body(position, carry):

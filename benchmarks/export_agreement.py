@@ -45,7 +45,7 @@ from t2t_jax.export import exported_search  # noqa: E402
 from t2t_jax.export import huggingface  # noqa: E402
 from t2t_jax.export import loading  # noqa: E402
 from t2t_jax.ids import EOS_ID, PAD_ID  # noqa: E402
-from t2t_jax.inference import sentence_batches  # noqa: E402
+from t2t_jax.decoding import sentence_batches  # noqa: E402
 from t2t_jax.inference import translator as translator_lib
 from t2t_jax.model import encoder_decoder
 from t2t_jax.model import transformer

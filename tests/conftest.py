@@ -14,9 +14,9 @@ os.environ.setdefault("JAX_PLATFORMS", "cpu")
 # The persistent compilation cache (~/.cache/t2t_jax/jax), as the commands use it:
 # a second run of the suite reads most executables from disk.
 # T2T_JAX_COMPILATION_CACHE=off runs it without.
-from t2t_jax.runtime import compile_cache  # noqa: E402  (after the environment above)
+from t2t_jax.runtime import platform  # noqa: E402  (after the environment above)
 
-compile_cache.enable()
+platform.enable_compilation_cache()
 
 import extras as extras_lib  # noqa: E402  (tests/extras.py; the fixture below is `extras`)
 # Under T2T_JAX_REQUIRE_EXTRAS (CI) a skip for something not installed fails.

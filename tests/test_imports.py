@@ -7,10 +7,12 @@ placed there rather than with its package. Only the commands (t2t_jax/cli/) impo
 """
 
 import ast
-import importlib
 import json
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "t2t_jax"
@@ -106,16 +108,19 @@ def test_no_import_cycles():
 
 
 def _package_names(init: pathlib.Path) -> tuple[list[str] | None, set[str]]:
-  """A package's `__all__` (None: not declared) and the names its __init__ binds."""
+  """A package's `__all__` (None: not declared) and the names its __init__ binds (those it
+  loads on first use, `_LAZY`'s keys, included)."""
   declared, bound = None, set()
   for node in ast.parse(init.read_text()).body:
     if isinstance(node, ast.ImportFrom):
       bound |= {alias.asname or alias.name for alias in node.names}
     elif isinstance(node, ast.Assign):
       names = {target.id for target in node.targets if isinstance(target, ast.Name)}
-      bound |= names
+      bound |= names - {"_LAZY"}
       if "__all__" in names:
         declared = ast.literal_eval(node.value)
+      if "_LAZY" in names:
+        bound |= set(ast.literal_eval(node.value))
   return declared, bound
 
 
@@ -268,3 +273,78 @@ def test_every_package_s_all_is_what_other_code_imports_from_it():
   unused = sorted(f"{package}.{name}" for package, names in declared.items() for name in names
                   if (package, name) not in imported and (package, name) not in commands)
   assert not unused, f"in an __all__ but imported by no other package or script: {unused}"
+
+
+# ------------------------------------------------------------------ the core and the product
+# The paper's core: the config, the model, the train step and loop, beam search, BLEU, the
+# WMT/text data path. The product plugs in around it and the core imports none of it.
+PRODUCT = ("serve", "export", "accelerators", "kernels.int8", "model.quantized",
+           "data.shortlist", "data.demo", "data.multi30k", "runtime.stored_programs",
+           "runtime.heap", "inference.streaming", "inference.translator",
+           "inference.long_inputs", "inference.visualize", "decoding.sampling",
+           "decoding.alignment", "decoding.uncached")
+CORE = ("configs", "ids", "errors", "model", "kernels", "train", "decoding.beam_search",
+        "decoding.batch_decoder", "decoding.sentence_batches", "inference.bleu",
+        "inference.text", "data.dataset", "data.sources", "data.wmt", "recipes.experiment",
+        "recipes.paper", "cli.train")
+# The few places a core module loads a product module, and only when a config asks for it.
+ON_REQUEST = {("model.attention", "kernels.int8"): "an int8 model (decoding only)",
+              ("model.layers", "kernels.int8"): "an int8 model (decoding only)",
+              ("model.transformer", "kernels.int8"): "an int8 model (decoding only)",
+              ("data.sources", "data.demo"): "dataset=demo"}
+# `python -c "import t2t_jax.cli.train"` loads at most this many of the package's modules.
+TRAIN_MODULES = 50
+
+
+def _in(module: str, names) -> bool:
+  return any(module == n or module.startswith(n + ".") for n in names)
+
+
+def _top_level_imports() -> dict[str, set[str]]:
+  """{module: the package's modules its top-level statements import} (not inside functions)."""
+  graph = {}
+  for path in sorted(PACKAGE.rglob("*.py")):
+    if path == PACKAGE / "__init__.py":
+      continue
+    imported = set()
+    for node in ast.parse(path.read_text()).body:
+      if isinstance(node, ast.ImportFrom) and (node.module or "").split(".")[0] == "t2t_jax":
+        imported |= {_resolve(node.module[len("t2t_jax."):], a.name) for a in node.names}
+      elif isinstance(node, ast.Import):
+        imported |= {a.name[len("t2t_jax."):] for a in node.names
+                     if a.name.startswith("t2t_jax.")}
+    graph[_module_name(path)] = imported - {""}
+  return graph
+
+
+def test_the_core_imports_no_product_module():
+  """Nothing the core loads, all the way down, at import is a product module; inside a
+  function only where `ON_REQUEST` says, when a config asks for it."""
+  top, anywhere = _top_level_imports(), _module_imports()
+  core = sorted(m for m in top if _in(m, CORE) and not _in(m, PRODUCT))
+  assert core, "CORE names no module of the package"
+  seen, todo = set(), list(core)
+  while todo:
+    module = todo.pop()
+    if module not in seen:
+      seen.add(module)
+      todo.extend(top.get(module, ()))
+  loaded = sorted(m for m in seen if _in(m, PRODUCT))
+  assert not loaded, f"the core loads product modules at import: {loaded}"
+  lazy = sorted((m, dep) for m in seen for dep in anywhere.get(m, ())
+                if _in(dep, PRODUCT) and (m, dep) not in ON_REQUEST
+                and not any(_in(dep, [d]) for (mm, d) in ON_REQUEST if mm == m))
+  assert not lazy, f"core modules that load product modules (module, product): {lazy}"
+
+
+def test_training_loads_few_modules_and_no_product():
+  """What `t2t-train` loads: counted in a fresh interpreter."""
+  code = ("import sys, t2t_jax.cli.train; "
+          "print(' '.join(m for m in sys.modules if m.startswith('t2t_jax')))")
+  out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True,
+                       cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}).stdout.split()
+  product = sorted(m for m in out if _in(m[len("t2t_jax."):], PRODUCT))
+  assert not product, f"importing t2t_jax.cli.train loads product modules: {product}"
+  assert len(out) <= TRAIN_MODULES, (
+      f"importing t2t_jax.cli.train loads {len(out)} of the package's modules (at most "
+      f"{TRAIN_MODULES}): {sorted(out)}")

@@ -29,7 +29,7 @@ from t2t_jax import model as model_lib
 from t2t_jax.accelerators import kernels
 from t2t_jax.accelerators.targets import Target, topology
 from t2t_jax.configs import TransformerConfig
-from t2t_jax.model import decode_cache
+from t2t_jax.decoding import beam_search
 from t2t_jax.train import memory
 from t2t_jax.train import step as step_lib
 
@@ -165,8 +165,8 @@ def compile_decode_step(cfg: TransformerConfig, target: Target, sentences: int,
       functools.partial(model_lib.init_cache, cfg.model, max_decode_len=max_decode_len), params,
       inputs)
   rows = sentences * cfg.beam_size
-  # The search keeps the per-position parts once per hypothesis (decode_cache.tile).
-  cache = jax.eval_shape(lambda c: decode_cache.tile(c, cfg.beam_size), cache)
+  # The search keeps the per-position parts once per hypothesis (beam_search.tile).
+  cache = jax.eval_shape(lambda c: beam_search.tile(c, cfg.beam_size), cache)
   tokens = jax.ShapeDtypeStruct((rows,), jnp.int32)
   position = jax.ShapeDtypeStruct((), jnp.int32)
   step = jax.jit(functools.partial(model_lib.decode_step, cfg.model, logits_layout=logits_layout))

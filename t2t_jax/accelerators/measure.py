@@ -33,12 +33,10 @@ from t2t_jax.accelerators import plan
 from t2t_jax.accelerators import predict
 from t2t_jax.accelerators import targets
 from t2t_jax.configs import TransformerConfig
-from t2t_jax.decoding import ensemble
 from t2t_jax.decoding import batch_decoder
-from t2t_jax.decoding import search as search_lib
 from t2t_jax.ids import EOS_ID, SEGMENT_KEYS
 from t2t_jax.model import transformer
-from t2t_jax.train import flops
+from t2t_jax.train import metrics as metrics_lib
 from t2t_jax.train import memory
 from t2t_jax.train import step as step_lib
 
@@ -55,7 +53,7 @@ def local_target(cfg: TransformerConfig, memory_bandwidth: Optional[float] = Non
 
   targets.TARGETS' entry of the local device kind (the one with as many devices
   if there are several, else one of its kind with the local count), else one
-  made of `cfg.peak_tflops` (or train/flops.py's table) and `memory_bandwidth`
+  made of `cfg.peak_tflops` (or train/metrics_lib.py's table) and `memory_bandwidth`
   (bytes/s; on a host's CPU devices, which share its memory, the all-reduce's
   bandwidth too). Raises ValueError when a figure is missing.
   """
@@ -67,11 +65,11 @@ def local_target(cfg: TransformerConfig, memory_bandwidth: Optional[float] = Non
     linked = [t for t in kin if t.interconnect_bandwidth] if count > 1 else []
     target = (exact or linked or kin)[0]
     return dataclasses.replace(target, devices=count, peak_tflops=cfg.peak_tflops)
-  peak = flops.peak_flops(device.device_kind, "bfloat16", cfg.peak_tflops)
+  peak = metrics_lib.peak_flops(device.device_kind, "bfloat16", cfg.peak_tflops)
   if peak is None or memory_bandwidth is None:
     raise ValueError(
         f"no datasheet figures for device kind {device.device_kind!r} (targets.py, "
-        f"train/flops.py): the roofline needs its peak (--config.peak_tflops, "
+        f"train/metrics_lib.py): the roofline needs its peak (--config.peak_tflops, "
         f"{'missing' if peak is None else 'known'}) and memory bandwidth "
         f"(--memory_bandwidth_gbs, {'missing' if memory_bandwidth is None else 'given'})")
   return targets.Target(f"local {device.device_kind}", device.platform, device.device_kind,
@@ -131,8 +129,8 @@ def time_updates(cfg: TransformerConfig, steps_timed: int, warmup: int
   peak = _peak_bytes(device)
   figures = {
       "step_s": step_s, "tokens_per_s": update_tokens / step_s,
-      "mfu": flops.mfu(model_flops, step_s, count,
-                       flops.peak_flops(device.device_kind, cfg.dtype, cfg.peak_tflops)),
+      "mfu": metrics_lib.mfu(model_flops, step_s, count,
+                       metrics_lib.peak_flops(device.device_kind, cfg.dtype, cfg.peak_tflops)),
       "peak_bytes": program.memory.peak if peak is None else peak,
       # The allocator's high-water mark where the device keeps one (GPU, TPU); on the
       # CPU, which keeps none, the compiler's analysis of the program that ran.
@@ -170,9 +168,9 @@ def decode_speed(cfg: TransformerConfig, sentences: int, repeats: int = 3,
   inputs[:, -1] = EOS_ID
   # Each output's limit is its source's length (max_len_a=1, no extra), and no EOS comes
   # before it (min_len): random weights would otherwise stop at random lengths.
-  search = search_lib.Search.from_config(cfg, beam_size=DECODE_BEAM, max_len_a=1.0,
+  search = batch_decoder.Search.from_config(cfg, beam_size=DECODE_BEAM, max_len_a=1.0,
                                          max_decode_extra=0, min_len=source_length)
-  members = [ensemble.Member(cfg.model, params)]
+  members = [batch_decoder.Member(cfg.model, params)]
   run = functools.partial(batch_decoder.decode_batch, members, inputs, search)
   seconds = []
   for _ in range(1 + repeats):  # the first compiles

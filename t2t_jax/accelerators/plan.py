@@ -18,7 +18,7 @@ from t2t_jax.accelerators import kernels
 from t2t_jax.accelerators import predict
 from t2t_jax.accelerators.targets import Target
 from t2t_jax.configs import TransformerConfig
-from t2t_jax.data.buckets import bucket_lengths
+from t2t_jax.ids import bucket_lengths
 
 
 def row_length(cfg: TransformerConfig) -> int:

@@ -11,7 +11,7 @@ prints them); on several GPUs (`8xh100`) plus the gradient all-reduce, once per
 update, at the interconnect's bandwidth (`ALL_REDUCE_ASSUMPTIONS`). The same
 roofline prices a program this process runs (`t2t-compile --measure`) on a
 device whose peak and bandwidth are given. Model FLOPs (for MFU) are
-train/flops.py's count, not the program's.
+train/metrics.py's count, not the program's.
 """
 
 from __future__ import annotations
@@ -21,7 +21,7 @@ from typing import Optional
 
 from t2t_jax.accelerators.targets import Target
 from t2t_jax.configs import TransformerConfig
-from t2t_jax.train import flops as flops_lib
+from t2t_jax.train import metrics as metrics_lib
 
 GPU_ASSUMPTIONS = (
     "GPU roofline (no cost model is exposed for GPUs): predicted time = the program's FLOPs at "
@@ -62,7 +62,7 @@ def assumptions(prediction: Prediction) -> list[str]:
 def model_flops_per_row(cfg: TransformerConfig, length: int) -> float:
   """Training FLOPs of one row of `length` source and `length` target tokens, its
   attention over the whole row (what the kernels compute for a packed row)."""
-  return float(flops_lib.train_flops(cfg, length, length))
+  return float(metrics_lib.train_flops(cfg, length, length))
 
 
 def attention_flops_per_row(cfg: TransformerConfig, length: int) -> float:
@@ -106,7 +106,7 @@ def micro_step_seconds(cost: dict[str, float], target: Target, extra_flops: floa
     seconds, basis = tpu_seconds(cost, sliced_prefetches)
     return seconds, seconds, basis
   if target.peak_bf16_flops is None:
-    raise ValueError(f"no peak FLOPS is known for {target.device_kind!r} (train/flops.py's "
+    raise ValueError(f"no peak FLOPS is known for {target.device_kind!r} (train/metrics.py's "
                      "table); give one with --config.peak_tflops")
   compute = (cost.get("flops", 0.0) + extra_flops) / target.peak_bf16_flops
   memory = cost.get("bytes accessed", 0.0) / target.memory_bandwidth
@@ -141,7 +141,7 @@ def predict(cfg: TransformerConfig, target: Target, cost: dict[str, float], rows
   step = micro * accum_steps + reduce
   tokens = rows * length * target.devices * accum_steps
   model = model_flops_per_row(cfg, length) * rows * target.devices * accum_steps
-  mfu: Optional[float] = flops_lib.mfu(model, step, target.devices, target.peak_bf16_flops)
+  mfu: Optional[float] = metrics_lib.mfu(model, step, target.devices, target.peak_bf16_flops)
   return Prediction(step_s=step, micro_step_s=micro, lower_bound_s=lower * accum_steps + reduce,
                     all_reduce_s=reduce, tokens_per_s=tokens / step, mfu=float(mfu or 0.0),
                     hours_to_steps=step * cfg.num_train_steps / 3600.0, basis=basis)

@@ -29,7 +29,7 @@ from typing import Optional
 import jax
 
 from t2t_jax import errors
-from t2t_jax.train import flops
+from t2t_jax.train import metrics as metrics_lib
 from t2t_jax.train.memory import GiB
 
 
@@ -38,7 +38,7 @@ class Target:
   """One accelerator, per JAX device (a GPU, or a TPU chip under megacore)."""
   name: str
   platform: str                 # "cuda" or "tpu": the compiler that builds its programs
-  device_kind: str              # as jax.Device.device_kind reports it (flops.peak_flops)
+  device_kind: str              # as jax.Device.device_kind reports it (metrics_lib.peak_flops)
   devices: int                  # JAX devices in the slice; the programs are data parallel over them
   memory_bytes: int             # HBM one device's programs may use
   memory_bandwidth: float       # HBM bytes/s, one device
@@ -46,7 +46,7 @@ class Target:
   # Bytes/s one device sends (and receives) to the others in an all-reduce; None: one device,
   # or a TPU slice (whose cost model prices its collectives).
   interconnect_bandwidth: Optional[float] = None
-  peak_tflops: Optional[float] = None  # overrides train/flops.py's table (a local CPU, say)
+  peak_tflops: Optional[float] = None  # overrides train/metrics_lib.py's table (a local CPU, say)
 
   @property
   def is_gpu(self) -> bool:
@@ -54,14 +54,14 @@ class Target:
 
   @property
   def peak_bf16_flops(self) -> float:
-    """Dense 16-bit matmul peak of one device: train/flops.py's table, the one the trainer's MFU uses."""
-    return flops.peak_flops(self.device_kind, "bfloat16", self.peak_tflops)
+    """Dense 16-bit matmul peak of one device: train/metrics_lib.py's table, the one the trainer's MFU uses."""
+    return metrics_lib.peak_flops(self.device_kind, "bfloat16", self.peak_tflops)
 
 
 # Memory and bandwidth: NVIDIA datasheets (H100 SXM5 80GB: 3.35 TB/s; A100 SXM4 80GB:
 # 2.04 TB/s; the byte counts as XLA's GPU spec files) and Google Cloud's TPU system
 # architecture pages (v5e: 16 GiB, 819 GB/s per chip; v5p: 95 GiB, 2765 GB/s). Peaks
-# come from flops.PEAK_TFLOPS by device kind. A v5p chip is one JAX device (megacore):
+# come from metrics_lib.PEAK_TFLOPS by device kind. A v5p chip is one JAX device (megacore):
 # "v5p-8" counts TensorCores, 4 chips; "v5e-8" is 8 chips. NVLink: an H100 SXM5 has 18
 # NVLink 4 links, 900 GB/s in both directions together, so 450 GB/s each way; in an HGX
 # H100 8-GPU board every GPU reaches every other through NVSwitch at that rate.

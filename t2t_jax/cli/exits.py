@@ -4,7 +4,7 @@ for a bug, and the only places a process is ended at once.
     @exits.command
     def main(argv=None): ...
 
-`command` wraps a script's `main(argv)`: it sets up logging (cli/logs.py),
+`command` wraps a script's `main(argv)`: it sets up logging (`flags.setup_logging`),
 computes on the CPU on a host without accelerators unless `--device` or
 JAX_PLATFORMS says otherwise (`platform.cpu_without_accelerators`), and turns
 the errors library code raises on bad input or a failed run (USER_ERRORS:
@@ -32,7 +32,6 @@ import jax
 
 from t2t_jax import errors
 from t2t_jax.cli import flags
-from t2t_jax.cli import logs
 from t2t_jax.runtime import lock
 from t2t_jax.runtime import multihost
 from t2t_jax.runtime import platform
@@ -70,7 +69,7 @@ def command(main: Callable[..., Any]) -> Callable[..., Any]:
 
   @functools.wraps(main)
   def run(argv: Optional[Sequence[str]] = None, *args: Any, **kwargs: Any) -> Any:
-    logs.setup_logging()
+    flags.setup_logging()
     if flags.given_value(sys.argv[1:] if argv is None else argv, "--device") is None:
       platform.cpu_without_accelerators()  # before JAX starts: no plugin's traceback on a CPU host
     try:

@@ -14,7 +14,7 @@ field, a value of the wrong type) ends the command with one line naming the flag
 and what it accepts (with a did-you-mean for a misspelt flag), and exit status 2.
 
 Every parser also has `--version`, `--log_level` and `--quiet` (the level is
-applied when the arguments are parsed, cli/logs.py; `@exits.command` has set up
+applied when the arguments are parsed (`apply_log_level`); `@exits.command` has set up
 INFO before). How a command ends is cli/exits.py.
 """
 
@@ -24,6 +24,7 @@ import argparse
 import dataclasses
 import difflib
 import functools
+import logging
 import os
 import sys
 import typing
@@ -31,7 +32,6 @@ from typing import Any, Callable, Optional, Sequence
 
 import t2t_jax
 from t2t_jax import configs
-from t2t_jax.cli import logs
 
 _FIELDS = {f.name: f for f in dataclasses.fields(configs.TransformerConfig)}
 _HINTS = typing.get_type_hints(configs.TransformerConfig)
@@ -67,7 +67,7 @@ class _Parser(argparse.ArgumentParser):
         self.error(f"unknown config field {name!r}{hint}; the fields are in t2t_jax/configs.py")
     if rest:
       self.error(f"unrecognized arguments: {' '.join(rest)}{self._suggestion(rest[0])}")
-    logs.apply_log_level(parsed)
+    apply_log_level(parsed)
     return parsed
 
   def _suggestion(self, arg: str) -> str:
@@ -172,7 +172,7 @@ def parser(prog: str, description: Optional[str], config: Optional[str] = None,
               formatter_class=_Formatter)
   p.preset, p.preset_defaults, p.resolve = config, dict(defaults or {}), resolve
   p.add_argument("--version", action="version", version=f"%(prog)s {t2t_jax.__version__}")
-  p.add_argument("--log_level", choices=logs.LOG_LEVELS, default=None,
+  p.add_argument("--log_level", choices=LOG_LEVELS, default=None,
                  help="the least important log lines shown on stderr (default: info)")
   p.add_argument("--quiet", action="store_true",
                  help="warnings and errors only (--log_level=warning)")
@@ -252,3 +252,51 @@ def parse_config(argv: Sequence[str], preset: str = "demo",
                  defaults: Optional[dict[str, Any]] = None) -> configs.TransformerConfig:
   """The config that `--config=` and `--config.<field>=` arguments alone give (notebooks)."""
   return config(parser("config", None, config=preset).parse_args(argv), defaults)
+
+
+# ------------------------------------------------------------------------- logging
+# How a command logs: INFO lines on stderr with time and module, the libraries' chatter
+# kept to warnings (`setup_logging`: exits.command calls it before a command's main);
+# `--log_level` / `--quiet` applied when the parser parses (`apply_log_level`).
+
+LOG_LEVELS = ("debug", "info", "warning", "error")
+
+
+def apply_log_level(args: argparse.Namespace) -> None:
+  """--quiet / --log_level, if given, on the root logger (parse_args does this)."""
+  level = "warning" if getattr(args, "quiet", False) else getattr(args, "log_level", None)
+  if level is not None:
+    logging.getLogger().setLevel(level.upper())
+
+
+class _StderrHandler(logging.StreamHandler):
+  """Writes to whatever `sys.stderr` is when a line is logged (tests replace it)."""
+
+  def __init__(self):
+    super().__init__()
+    self.setFormatter(logging.Formatter("%(asctime)s %(name)s: %(message)s"))
+
+  @property
+  def stream(self):
+    return sys.stderr
+
+  @stream.setter
+  def stream(self, _):
+    pass
+
+
+def setup_logging() -> None:
+  """INFO lines on stderr with time and module; the libraries' chatter kept to warnings."""
+  root = logging.getLogger()
+  root.setLevel(logging.INFO)
+  if not any(isinstance(h, _StderrHandler) for h in root.handlers):
+    # absl's first log call (orbax logs at import) runs a bare logging.basicConfig();
+    # ours replaces that handler, so every line is printed once, in one format.
+    for handler in list(root.handlers):
+      if type(handler) is logging.StreamHandler and handler.stream in (sys.stderr,
+                                                                        sys.__stderr__):
+        root.removeHandler(handler)
+    root.addHandler(_StderrHandler())
+  # Orbax reports every save step at INFO through absl; keep its warnings only.
+  logging.getLogger("absl").setLevel(logging.WARNING)
+  logging.getLogger("jax._src.xla_bridge").setLevel(logging.WARNING)  # "no TPU" notices

@@ -35,7 +35,7 @@ from t2t_jax import errors
 from t2t_jax import inference
 from t2t_jax.cli import exits
 from t2t_jax.cli import flags
-from t2t_jax.runtime import compile_cache
+from t2t_jax.runtime import platform
 
 log = logging.getLogger("t2t-serve")
 
@@ -122,7 +122,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   except ImportError as e:
     raise errors.MissingExtraError(
         f"{e}: the serve extra is not installed: {errors.install('serve')}") from None
-  compile_cache.enable()
+  platform.enable_compilation_cache()
   translator = inference.Translator(args.checkpoint or args.workdir, average=args.average,
                                     int8=args.int8, programs=True, shortlist=args.shortlist,
                                     **flags.search_overrides(args))

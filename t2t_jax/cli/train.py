@@ -45,8 +45,7 @@ from typing import Any, Optional, Sequence
 from t2t_jax.cli import exits
 from t2t_jax.cli import flags
 from t2t_jax.recipes import experiment
-from t2t_jax.recipes import finetune
-from t2t_jax.runtime import compile_cache
+from t2t_jax.runtime import platform
 from t2t_jax.runtime import multihost
 from t2t_jax.runtime import workdir as workdir_lib
 
@@ -111,10 +110,10 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "t2t-train", pair: st
                    "the parent run's); change fields with --config.<field>=<value>")
     if args.workdir is None:
       parser.error("--finetune_from needs --workdir (a new work directory for the new run)")
-    cfg = finetune.config(args.finetune_from, fields)
+    cfg = experiment.finetune_config(args.finetune_from, fields)
   else:
     cfg = flags.config(args, {**defaults, **fields}, preset=preset)
-  compile_cache.enable(cfg.compilation_cache)  # before anything compiles
+  platform.enable_compilation_cache(cfg.compilation_cache)  # before anything compiles
   workdir = args.workdir or experiment.default_workdir(preset)
   if flags.joins_processes(args):
     # Before anything touches JAX's devices.
@@ -123,7 +122,7 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "t2t-train", pair: st
     if not multihost.is_main():
       logging.getLogger().setLevel(logging.WARNING)  # process 0 tells the story
   if args.finetune_from is not None:  # loads params: after joining the processes
-    init_params = finetune.start(cfg, args.finetune_from, workdir)
+    init_params = experiment.finetune_params(cfg, args.finetune_from, workdir)
   # A failure in one process ends them all (exits.command); a preemption stops every
   # process after the same step.
   results = experiment.run(cfg, workdir, init_params)

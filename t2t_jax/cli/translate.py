@@ -64,11 +64,10 @@ from t2t_jax import inference
 from t2t_jax.cli import exits
 from t2t_jax.cli import flags
 from t2t_jax.data import textio
-from t2t_jax.decoding import in_flight
+from t2t_jax.decoding import sentence_batches
 from t2t_jax.inference import long_inputs
 from t2t_jax.inference import streaming
 from t2t_jax.runtime import averaging
-from t2t_jax.runtime import compile_cache
 from t2t_jax.runtime import platform
 from t2t_jax.runtime import workdir as workdir_lib
 
@@ -141,8 +140,8 @@ def _parser(cfg: Optional[configs.TransformerConfig] = None) -> argparse.Argumen
   speed.add_argument("--window", type=int,
                      help="lines of a file held and sorted at once (default: 16 batches); "
                           "for a pipe, the most lines that arrived together batched at once")
-  speed.add_argument("--in_flight", type=int, default=in_flight.DEFAULT, metavar="N",
-                     help=f"batches decoded at once (default {in_flight.DEFAULT}; 1: one at a "
+  speed.add_argument("--in_flight", type=int, default=sentence_batches.IN_FLIGHT, metavar="N",
+                     help=f"batches decoded at once (default {sentence_batches.IN_FLIGHT}; 1: one at a "
                           "time)")
   speed.add_argument("--programs", action=argparse.BooleanOptionalAction, default=True,
                      help="load compiled decoding programs from WORKDIR/programs and store "
@@ -225,7 +224,7 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                             f"{workdir_lib.TRAIN_FIRST}")
   if args.device is not None:
     platform.select(args.device)  # before anything runs on a device
-  compile_cache.enable()  # before anything compiles; T2T_JAX_COMPILATION_CACHE=off disables
+  platform.enable_compilation_cache()  # before anything compiles; T2T_JAX_COMPILATION_CACHE=off disables
   translator = inference.Translator(args.workdir, average=args.average, ensemble=args.ensemble,
                                     dtype=args.dtype, int8=args.int8,
                                     programs=args.programs or args.store_programs,

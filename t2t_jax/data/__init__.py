@@ -4,5 +4,5 @@
 """
 
 # Its public modules (any other module is a part of these).
-__all__ = ["buckets", "dataset", "demo", "multi30k", "shortlist", "sources", "textio",
+__all__ = ["dataset", "demo", "multi30k", "shortlist", "sources", "textio",
            "vocab"]

@@ -24,7 +24,7 @@ from typing import Iterator, Optional, Sequence
 import numpy as np
 
 from t2t_jax.data import packing
-from t2t_jax.data.buckets import BUCKET_LENGTHS
+from t2t_jax.ids import BUCKET_LENGTHS
 from t2t_jax.data.packing import RaggedPairs
 
 log = logging.getLogger(__name__)

@@ -26,7 +26,7 @@ from t2t_jax.data import sources
 from t2t_jax.data import tokenized
 from t2t_jax.data import vocab as vocab_lib
 from t2t_jax.data.batching import BatchIterator, epoch_plan
-from t2t_jax.data.buckets import bucket_lengths
+from t2t_jax.ids import bucket_lengths
 from t2t_jax.data.sources import Pairs
 from t2t_jax.data.tokenized import TokenizedSplit
 

@@ -18,7 +18,6 @@ import os
 import time
 from typing import Callable, Optional
 
-from t2t_jax.data import demo
 from t2t_jax.data import textio
 from t2t_jax.runtime import lock
 
@@ -87,6 +86,7 @@ def demo_source(cfg, workdir: str) -> Source:
   Damaged files (checked against the checksums written with them) are generated
   again, with a warning: the generator is deterministic.
   """
+  from t2t_jax.data import demo  # the generator: only when the demo corpus is asked for
   directory = os.path.join(workdir, "data", "demo")
   # Processes sharing the work directory write it once; the others wait for it.
   with lock.file_lock(os.path.join(directory, ".locks", "corpus"),

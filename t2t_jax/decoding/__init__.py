@@ -1,9 +1,10 @@
-"""Ids in, ids out: beam search, greedy, sampling, ensembles, alignment, the search settings,
-the compiled programs that decode one batch, and several batches kept in flight.
+"""Ids in, ids out: beam search (`beam_search`, whole, over any step function), the models bound
+to it as compiled programs (`batch_decoder`), many sentences sorted into batches
+(`sentence_batches`); sampling, word alignments and the uncached reference beside them.
 
 Text in, text out is one level up, in `t2t_jax.inference`.
 """
 
 # Its public modules (any other module is a part of these).
-__all__ = ["alignment", "batch_decoder", "beam_search", "ensemble", "in_flight", "search",
+__all__ = ["alignment", "batch_decoder", "beam_search", "sampling", "sentence_batches",
            "uncached"]

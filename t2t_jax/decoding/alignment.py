@@ -28,7 +28,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from t2t_jax import configs
-from t2t_jax.data.buckets import bucket_length
+from t2t_jax.ids import bucket_length
 from t2t_jax.ids import EOS_ID
 from t2t_jax.model import transformer
 
@@ -187,7 +187,7 @@ def align(models: Sequence[tuple[configs.ModelConfig, Any]],
   """Word alignments of one batch of (source ids, output ids) pairs, both without EOS.
 
   `models`: (cfg, params) of one model, or of several whose attention is
-  averaged, as fairseq's ensembles align (`ensemble.Member`s; `layer` counts
+  averaged, as fairseq's ensembles align (`batch_decoder.Member`s; `layer` counts
   in each). `source_words[b][p]` is the
   word of source piece p (`encode_words`), `output_words[b][p]` that of output
   piece p (`decode_words`). The batch is padded to a bucketed shape (rows

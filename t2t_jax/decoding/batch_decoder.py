@@ -1,58 +1,203 @@
-"""One batch of source ids -> outputs: the models bound to the searches, as compiled programs.
+"""One batch of source ids -> outputs: the search settings, the models bound to the beam search
+through one step function, and the compiled programs that run it.
 
-    tokens, scores = decode_batch(members, inputs, search)   # [batch, n, L], [batch, n]
+    search = Search.from_config(cfg, n_best=4)               # the settings of a batch
+    tokens, scores = decode_batch([Member(cfg.model, params)], inputs, search)
     compile_beam_programs(members, rows, width, search)      # a server's warm-up
 
-The searches (decoding/beam_search.py, decoding/sampling.py) know no model; here
-the models' step functions are bound (one model, or an ensemble:
-decoding/ensemble.py), a batch is checked and each sentence's maximum output
-length set (decoding/search.py), and the compiled programs run.
+The search (decoding/beam_search.py) knows no model; here a model's `decode_step` is
+bound to it (`init_decoder`: one model, or an ensemble whose step function averages the
+members' probabilities), a batch is checked and each sentence's maximum output length
+set (`output_limits`), and the compiled programs run. Sampling's program is
+decoding/sampling.py's, the uncached reference's decoding/uncached.py's.
 
-The programs take the models' `configs.ModelConfig` (`cfg.model`) and the
-search settings as static arguments, never the run config: changing a training
-field (eval_every_steps, ...) compiles no decoding program again. Scores are
-best first: beam search's length-penalised log-probabilities, or for samples
-the model's log-probability of the sample.
+The programs take the models' `configs.ModelConfig` (`cfg.model`) and the search
+settings as static arguments, never the run config: changing a training field
+(eval_every_steps, ...) compiles no decoding program again. Scores are best first:
+beam search's length-penalised log-probabilities.
+
+Ensembles average the members' next-token distributions in probability space, as
+fairseq's do: log((1/M) sum_m p_m(y | prefix)), an ordinary normalised distribution
+(Marian instead sums weighted log-probabilities, a product of experts). Models may
+differ in size and depth; they must share the vocabulary. Each keeps its own cache,
+and a tuple of caches is a cache, so the searches tile and reorder them like one.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
-from typing import Any, Optional, Sequence
+import math
+from typing import Any, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t_jax.data import shortlist as shortlist_lib
-from t2t_jax.data.buckets import BUCKET_LENGTHS
+from t2t_jax import configs
+from t2t_jax.ids import BUCKET_LENGTHS
 from t2t_jax.decoding import beam_search
-from t2t_jax.decoding import ensemble
-from t2t_jax.decoding import sampling
-from t2t_jax.decoding import search as search_lib
-from t2t_jax.decoding import uncached
 from t2t_jax.ids import PAD_ID
-from t2t_jax.runtime import stored_programs
+from t2t_jax.kernels import choice
+from t2t_jax.kernels import logits as logits_lib
+from t2t_jax.model import transformer
 
 Array = jax.Array
 
 
-def _members(models: tuple, params: tuple) -> list[ensemble.Member]:
-  return [ensemble.Member(m, p) for m, p in zip(models, params)]
+# -------------------------------------------------------------------------- settings
 
 
-def _decoder(models: tuple, params: tuple, inputs: Array, max_len: int, cached: bool,
-             shortlist: Optional[Array] = None) -> tuple[Any, beam_search.StepFn]:
-  if cached:
-    return ensemble.init_decoder(_members(models, params), inputs, max_len, shortlist)
-  return uncached.uncached_decoder(models[0], params[0], inputs, max_len)
+@dataclasses.dataclass(frozen=True)
+class Search:
+  """How each sentence is decoded, and into how many outputs (`n_best`).
+
+  Beam search (the default) returns its `n_best` best hypotheses (n_best <=
+  beam_size). With `sample=True`, `n_best` independent samples are drawn per
+  sentence instead (temperature, top_k: decoding/sampling.py); the j-th sample of
+  the sentence with id i uses the key fold_in(fold_in(key(seed), i), j), so it
+  does not depend on the batch it was decoded in. Each output has at most
+  ceil(max_len_a x (source length + EOS)) + max_decode_extra tokens
+  (`output_limits`) and, unless it reaches that limit first, at least `min_len`
+  before its EOS (`beam_search.MIN_LEN`: no empty translation).
+  """
+  beam_size: int = 4
+  alpha: float = 0.6
+  n_best: int = 1
+  max_decode_extra: int = 50
+  max_len_a: float = 1.0
+  min_len: int = beam_search.MIN_LEN
+  sample: bool = False
+  temperature: float = 1.0
+  top_k: int = 0
+  seed: int = 0
+
+  def __post_init__(self):
+    if self.n_best < 1:
+      raise ValueError(f"n_best={self.n_best} must be >= 1")
+    if not self.sample and self.n_best > self.beam_size:
+      raise ValueError(f"n_best={self.n_best} must be <= beam_size={self.beam_size}: beam "
+                       "search keeps beam_size hypotheses; raise the beam size")
+    if (self.beam_size < 1 or self.alpha < 0 or self.max_decode_extra < 0 or self.max_len_a < 0
+        or self.min_len < 0):
+      raise ValueError(f"beam_size={self.beam_size} must be >= 1, alpha={self.alpha}, "
+                       f"max_len_a={self.max_len_a}, max_decode_extra="
+                       f"{self.max_decode_extra} and min_len={self.min_len} >= 0")
+    if self.sample and (not self.temperature > 0 or self.top_k < 0):
+      raise ValueError(f"temperature={self.temperature} must be > 0 and top_k={self.top_k} "
+                       ">= 0 (0: the whole vocabulary)")
+
+  @classmethod
+  def from_config(cls, cfg: configs.TransformerConfig, **overrides: Any) -> "Search":
+    """The config's beam_size, alpha and max_decode_extra, then `overrides` (None: keep)."""
+    fields = dict(beam_size=cfg.beam_size, alpha=cfg.alpha, max_decode_extra=cfg.max_decode_extra)
+    fields.update({k: v for k, v in overrides.items() if v is not None})
+    return cls(**fields)
 
 
-def _step_fn(models: tuple, params: tuple, cached: bool,
-             shortlist: Optional[Array] = None) -> beam_search.StepFn:
-  if cached:
-    return ensemble.step_function(_members(models, params), shortlist)
-  return functools.partial(uncached.uncached_step, models[0], params[0])
+def max_positions(members: Sequence["Member"]) -> int:
+  """Positions every member supports: the shortest max_len."""
+  return min(m.cfg.max_len for m in members)
+
+
+def output_limits(inputs: np.ndarray, max_decode_extra: int, max_len_a: float,
+                  positions: int) -> tuple[int, np.ndarray]:
+  """The static output length of a batch [batch, width] and each sentence's limit [batch].
+
+  A sentence of n ids (EOS included) may produce ceil(max_len_a * n) +
+  max_decode_extra tokens (EOS included; fairseq's --max-len-a/--max-len-b),
+  at most `positions`; an all-padding (filler) row, as in training batches, one.
+  """
+  limit = lambda n: np.ceil(max_len_a * n).astype(np.int64) + max_decode_extra
+  max_len = int(min(max(limit(np.asarray(inputs.shape[1])), 1), positions))
+  lengths = (inputs != PAD_ID).sum(axis=1)
+  return max_len, np.where(lengths == 0, 1, np.clip(limit(lengths), 1, max_len)).astype(np.int32)
+
+
+def checked_limits(inputs: Any, search: Search,
+                   positions: int) -> tuple[np.ndarray, int, np.ndarray]:
+  """The checked batch [batch, src] int32, its output length, each sentence's maximum [batch]."""
+  inputs = np.asarray(inputs, np.int32)
+  if inputs.ndim != 2:
+    raise ValueError(f"inputs must be [batch, length] ids, got shape {inputs.shape}")
+  if inputs.shape[1] > positions:
+    raise ValueError(f"inputs have length {inputs.shape[1]} > max_len={positions}; "
+                     "truncate the sources first")
+  max_len, max_lens = output_limits(inputs, search.max_decode_extra, search.max_len_a, positions)
+  return inputs, max_len, max_lens
+
+
+# ------------------------------------------------------------ the models, one step function
+
+
+class Member(NamedTuple):
+  """One model of an ensemble: its `ModelConfig` (a run config's `.model`) and parameters."""
+  cfg: configs.ModelConfig
+  params: Any
+
+
+def ensemble_step(step_fns: Sequence[beam_search.StepFn]) -> beam_search.StepFn:
+  """One step function averaging the probabilities of `step_fns`, each with its own cache."""
+  step_fns = tuple(step_fns)
+  if not step_fns:
+    raise ValueError("an ensemble needs at least one model")
+
+  def step(caches: tuple[Any, ...], tokens: Array, position: Array) -> tuple[Array, tuple]:
+    log_probs, new_caches = [], []
+    for step_fn, cache in zip(step_fns, caches, strict=True):
+      logits, cache = step_fn(cache, tokens, position)
+      log_probs.append(jax.nn.log_softmax(logits_lib.row_major(logits).astype(jnp.float32),
+                                          axis=-1))
+      new_caches.append(cache)
+    widths = {lp.shape[-1] for lp in log_probs}
+    if len(widths) > 1:
+      raise ValueError(f"the ensemble's models have different vocabulary sizes {sorted(widths)}")
+    stacked = jnp.stack(log_probs)                                    # [models, rows, vocab]
+    mean = jax.scipy.special.logsumexp(stacked, axis=0) - math.log(len(step_fns))
+    return mean, tuple(new_caches)
+
+  return step
+
+
+def check_compatible(members: Sequence[Member]) -> None:
+  """Raises ValueError unless every member has the same vocabulary size."""
+  sizes = [m.cfg.vocab_size for m in members]
+  if len(set(sizes)) > 1:
+    raise ValueError(f"the ensemble's models have vocab_size {sizes}: they must share one "
+                     "vocabulary")
+
+
+def step_function(members: Sequence[Member], shortlist: Optional[Array] = None) -> beam_search.StepFn:
+  """The members' `decode_step`s as one step function: one model's own, or the ensemble's;
+  `shortlist` [size]: the ids their output projections are restricted to
+  (`transformer.decode_step`)."""
+  check_compatible(members)
+  layout = choice.logits_layout(len(members))
+  steps = [functools.partial(transformer.decode_step, m.cfg, m.params, logits_layout=layout,
+                             shortlist=shortlist)
+           for m in members]
+  return steps[0] if len(members) == 1 else ensemble_step(steps)
+
+
+def init_decoder(members: Sequence[Member], inputs: Array, max_len: int,
+                 shortlist: Optional[Array] = None) -> tuple[Any, beam_search.StepFn]:
+  """(cache, step_fn) for `inputs` [batch, src]: one model's own, or the ensemble's.
+
+  Each model runs its encoder once and keeps its own incremental cache of
+  `max_len` positions. One member gives exactly that model's cache and
+  `decode_step` (no averaging), so a one-model ensemble is the model.
+  `shortlist`: as for `step_function`.
+  """
+  step_fn = step_function(members, shortlist)
+  caches = tuple(transformer.init_cache(m.cfg, m.params, inputs, max_len) for m in members)
+  return (caches[0] if len(members) == 1 else caches), step_fn
+
+
+def _members(models: tuple, params: tuple) -> list[Member]:
+  return [Member(m, p) for m, p in zip(models, params)]
+
+
+# -------------------------------------------------------------------------- programs
 
 
 def chunk_lengths(max_len: int) -> list[int]:
@@ -69,33 +214,32 @@ def chunk_lengths(max_len: int) -> list[int]:
 
 
 @functools.partial(jax.jit, static_argnames=("models", "beam_size", "alpha", "max_len", "until",
-                                             "n_best", "min_len", "cached"))
+                                             "n_best", "min_len"))
 def _start(params: tuple, inputs, max_lens, shortlist, *, models: tuple, beam_size, alpha,
-           max_len, until, n_best, min_len, cached) -> beam_search.BeamState:
+           max_len, until, n_best, min_len) -> beam_search.BeamState:
   """The encoders, then the search's first chunk: positions below `until`."""
-  cache, step_fn = _decoder(models, params, inputs, max_len, cached, shortlist)
+  cache, step_fn = init_decoder(_members(models, params), inputs, max_len, shortlist)
   state = beam_search.beam_start(cache, beam_size=beam_size, max_len=max_len, max_lens=max_lens)
   return beam_search.beam_run(step_fn, state, until=until, alpha=alpha, n_best=n_best,
                               min_len=min_len)
 
 
-@functools.partial(jax.jit, static_argnames=("models", "alpha", "until", "n_best", "min_len",
-                                             "cached"))
-def _run(params: tuple, state, shortlist, *, models: tuple, alpha, until, n_best, min_len,
-         cached) -> beam_search.BeamState:
-  return beam_search.beam_run(_step_fn(models, params, cached, shortlist), state, until=until,
+@functools.partial(jax.jit, static_argnames=("models", "alpha", "until", "n_best", "min_len"))
+def _run(params: tuple, state, shortlist, *, models: tuple, alpha, until, n_best,
+         min_len) -> beam_search.BeamState:
+  return beam_search.beam_run(step_function(_members(models, params), shortlist), state, until=until,
                               alpha=alpha, n_best=n_best, min_len=min_len)
 
 
-def _call(store: Optional[stored_programs.Store], fn, *args: Any, **static: Any):
-  """`fn(*args, **static)`, through the stored programs when given (runtime/stored_programs.py)."""
+def call(store: Any, fn, *args: Any, **static: Any):
+  """`fn(*args, **static)`, through a store of compiled programs when given (its `call`:
+  runtime/stored_programs.py's `Store`)."""
   return fn(*args, **static) if store is None else store.call(fn, *args, **static)
 
 
 def _beam_decode(params: tuple, inputs: Array, max_lens: Array, *, models: tuple,
                  beam_size: int, alpha: float, max_len: int, n_best: int, min_len: int,
-                 cached: bool, every_chunk: bool = False,
-                 store: Optional[stored_programs.Store] = None,
+                 every_chunk: bool = False, store: Any = None,
                  shortlist: Optional[Array] = None) -> tuple[np.ndarray, np.ndarray]:
   """`beam_search` in chunks of growing cache length (`chunk_lengths`), each a program of its own.
 
@@ -107,19 +251,18 @@ def _beam_decode(params: tuple, inputs: Array, max_lens: Array, *, models: tuple
   `shortlist` [size]: the batch's candidate ids (`shortlist.Shortlist.batch_ids`) or None.
   """
   chunks = chunk_lengths(max_len)
-  settings = dict(models=models, alpha=alpha, n_best=n_best, min_len=min_len, cached=cached)
-  state = _call(store, _start, params, inputs, max_lens, shortlist, beam_size=beam_size,
+  settings = dict(models=models, alpha=alpha, n_best=n_best, min_len=min_len)
+  state = call(store, _start, params, inputs, max_lens, shortlist, beam_size=beam_size,
                 max_len=max_len, until=chunks[0], **settings)
   for until in chunks[1:]:    # each chunk runs to its end unless every sentence stopped
     if not every_chunk and np.asarray(state.sentence_done).all():
       break
-    state = _call(store, _run, params, state, shortlist, until=until, **settings)
+    state = call(store, _run, params, state, shortlist, until=until, **settings)
   return np.asarray(state.done_seqs)[:, :n_best], np.asarray(state.done_score)[:, :n_best]
 
 
-def compile_beam_programs(members: Sequence[ensemble.Member], rows: int, width: int,
-                          search: search_lib.Search,
-                          store: Optional[stored_programs.Store] = None) -> int:
+def compile_beam_programs(members: Sequence[Member], rows: int, width: int, search: Search,
+                          store: Any = None) -> int:
   """Compiles (or reads from the compilation cache) every program that beam search over a
   batch [rows, width] with `search` may run, decoding almost nothing; returns how many.
 
@@ -134,73 +277,39 @@ def compile_beam_programs(members: Sequence[ensemble.Member], rows: int, width: 
     raise ValueError("compile_beam_programs compiles beam search; sampling has one program, "
                      "compiled by its first batch")
   members = tuple(members)
-  ensemble.check_compatible(members)
-  inputs, max_len, max_lens = search_lib.checked_limits(
-      np.full((rows, width), PAD_ID, np.int32), search, search_lib.max_positions(members))
+  check_compatible(members)
+  inputs, max_len, max_lens = checked_limits(
+      np.full((rows, width), PAD_ID, np.int32), search, max_positions(members))
   _beam_decode(tuple(m.params for m in members), *jax.device_put((inputs, max_lens)),
                models=tuple(m.cfg for m in members), beam_size=search.beam_size,
                alpha=float(search.alpha), max_len=max_len, n_best=search.n_best,
-               min_len=search.min_len, cached=True, every_chunk=True, store=store)
+               min_len=search.min_len, every_chunk=True, store=store)
   return len(chunk_lengths(max_len))
 
 
-@functools.partial(jax.jit, static_argnames=("models", "n", "temperature", "top_k", "max_len",
-                                             "min_len"))
-def _sample(params: tuple, inputs: Array, max_lens: Array, keys: Array, shortlist, *,
-            models: tuple, n: int, temperature: float, top_k: int, max_len: int, min_len: int):
-  batch = inputs.shape[0]
-  cache, step_fn = ensemble.init_decoder(_members(models, params),
-                                         jnp.repeat(inputs, n, axis=0), max_len, shortlist)
-  tokens, scores = sampling.sample(step_fn, cache, keys.reshape(batch * n),
-                                   max_len=max_len, max_lens=jnp.repeat(max_lens, n),
-                                   temperature=temperature, top_k=top_k, min_len=min_len)
-  tokens, scores = tokens.reshape(batch, n, max_len), scores.reshape(batch, n)
-  order = jnp.argsort(-scores, axis=1, stable=True)                   # best first
-  return (jnp.take_along_axis(tokens, order[..., None], axis=1),
-          jnp.take_along_axis(scores, order, axis=1))
+def decode_batch(members: Sequence[Member], inputs: Any, search: Search, *, store: Any = None,
+                 shortlist: Any = None) -> tuple[np.ndarray, np.ndarray]:
+  """Beam search's `search.n_best` outputs for each row of `inputs` [batch, src] (EOS-terminated,
+  0-padded).
 
-
-def decode_batch(members: Sequence[ensemble.Member], inputs: Any, search: search_lib.Search,
-                 ids: Optional[Sequence[int]] = None, *, cached: bool = True,
-                 store: Optional[stored_programs.Store] = None,
-                 shortlist: Optional[shortlist_lib.Shortlist] = None
-                 ) -> tuple[np.ndarray, np.ndarray]:
-  """`search.n_best` outputs for each row of `inputs` [batch, src] (EOS-terminated, 0-padded).
-
-  `members`: one model or an ensemble. `ids` [batch] name the sentences for
-  sampling's keys (default 0..batch-1); an all-padding (filler) row stops after
-  one token. Beam search runs in chunks (`chunk_lengths`), each a program of its
-  own. `cached=False`: one model's beam search reruns the whole decoder every
-  step (decoding/uncached.py), the reference the cache is tested against. Returns
-  NumPy tokens [batch, n, L] int32 (0 after EOS, L = the longest source + the
+  `members`: one model or an ensemble; an all-padding (filler) row stops after one
+  token. Beam search runs in chunks (`chunk_lengths`), each a program of its own.
+  Returns NumPy tokens [batch, n, L] int32 (0 after EOS, L = the longest source + the
   extra, within every model's max_len) and scores [batch, n] float32, best first.
   `store`: compiled programs loaded from there, and what is compiled stored
-  (runtime/stored_programs.py). `shortlist`: a lexical shortlist (data/shortlist.py):
-  the outputs are picked among the batch's candidates only, normalised over them.
+  (runtime/stored_programs.py's `Store`). `shortlist`: a lexical shortlist
+  (data/shortlist.py's `Shortlist`): the outputs are picked among the batch's
+  candidates only (its `batch_ids(inputs)`), normalised over them.
   """
+  if search.sample:
+    raise ValueError("decode_batch runs beam search; sampling is decoding/sampling.py's "
+                     "decode_batch")
   members = tuple(members)
-  ensemble.check_compatible(members)
-  inputs, max_len, max_lens = search_lib.checked_limits(inputs, search,
-                                                        search_lib.max_positions(members))
-  if not cached and (search.sample or len(members) > 1):
-    raise ValueError("cached=False (the uncached reference) decodes one model with beam search")
-  if not cached and shortlist is not None:
-    raise ValueError("cached=False (the uncached reference) decodes the whole vocabulary; "
-                     "drop the shortlist")
+  check_compatible(members)
+  inputs, max_len, max_lens = checked_limits(inputs, search, max_positions(members))
   candidates = None if shortlist is None else jax.device_put(shortlist.batch_ids(inputs))
-  models = tuple(m.cfg for m in members)
-  params = tuple(m.params for m in members)
-  if not search.sample:
-    # device_put, not jnp.asarray: that compiles a copy program per shape.
-    return _beam_decode(params, *jax.device_put((inputs, max_lens)), models=models,
-                        beam_size=search.beam_size, alpha=float(search.alpha), max_len=max_len,
-                        n_best=search.n_best, min_len=search.min_len, cached=cached, store=store,
-                        shortlist=candidates)
-  ids = np.arange(len(inputs)) if ids is None else np.asarray(ids)
-  keys = sampling.row_keys(jax.random.key(search.seed), ids)           # [batch]
-  keys = jax.vmap(lambda k: sampling.row_keys(k, np.arange(search.n_best)))(keys)
-  out = _call(store, _sample, params, inputs, max_lens, keys, candidates, models=models,
-              n=search.n_best,
-              temperature=float(search.temperature), top_k=search.top_k, max_len=max_len,
-              min_len=search.min_len)
-  return np.asarray(out[0]), np.asarray(out[1])
+  # device_put, not jnp.asarray: that compiles a copy program per shape.
+  return _beam_decode(tuple(m.params for m in members), *jax.device_put((inputs, max_lens)),
+                      models=tuple(m.cfg for m in members), beam_size=search.beam_size,
+                      alpha=float(search.alpha), max_len=max_len, n_best=search.n_best,
+                      min_len=search.min_len, store=store, shortlist=candidates)

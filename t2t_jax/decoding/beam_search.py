@@ -1,18 +1,23 @@
-"""Beam search over any incremental step function (section 6.1); no model in sight.
+"""Beam search over any incremental step function (section 6.1), whole; no model in sight.
 
 The search is written against a step function
 
   step_fn(cache, tokens [rows], position) -> (logits [rows, vocab], cache)
 
-(or `VocabMajor` logits [vocab, rows], kernels/logits.py, which beam search reads faster),
+(or `VocabMajor` logits [vocab, rows], kernels/logits.py, which `best_tokens` reads in place),
 whose cache is a pytree with a leading `rows` dim on every leaf: the model's
 `decode_step` with its config and params bound, an ensemble's
-(decoding/ensemble.py), the uncached reference (decoding/uncached.py), or a
+(decoding/batch_decoder.py), the uncached reference (decoding/uncached.py), or a
 toy function in the tests. This module imports no model: decoding/batch_decoder.py binds
 one and runs the search over a batch of sentences. Beams are rows
 `batch * beam_size`; the cache's per-row parts are tiled to beams once and
 reordered by parent after every step, its per-sentence parts are shared by the
-beams, and its position buffers may grow in chunks (model/decode_cache.py).
+beams, and its position buffers may grow in chunks (model/decode_cache.py says which
+part is which; `tile`, `take_rows` and `resize` here do it).
+
+Reading order: the next token (`next_log_probs`, `best_tokens`), `greedy_search` (the
+reference), beam search (`_beam_step`: extensions, finished hypotheses, the length
+penalty, the cache reordered to the parents), then the cache between steps.
 
 Scores are the GNMT length-penalised log-probabilities the paper ranks by:
 log P(Y) / lp(Y) with lp(Y) = ((5 + |Y|) / 6)^alpha, |Y| counting the generated
@@ -38,10 +43,9 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 import jax
 import jax.numpy as jnp
 
-from t2t_jax.decoding import next_token
-from t2t_jax.ids import EOS_ID, PAD_ID
-from t2t_jax.ids import NEG_INF
-from t2t_jax.kernels.logits import Logits
+from t2t_jax.ids import EOS_ID, FILLER, NEG_INF, PAD_ID
+from t2t_jax.kernels import choice
+from t2t_jax.kernels.logits import Logits, VocabMajor, row_major
 from t2t_jax.model import decode_cache
 
 Array = jax.Array
@@ -97,6 +101,45 @@ def _previous_tokens(seqs: Array, step: Array) -> Array:
   return jnp.where(step == 0, PAD_ID, prev)
 
 
+# -------------------------------------------------------------------- the next token
+
+
+def next_log_probs(logits: Logits) -> Array:
+  """log_softmax [rows, vocab] float32 with padding (never generated) at NEG_INF."""
+  out = jax.nn.log_softmax(row_major(logits).astype(jnp.float32), axis=-1)
+  return out.at[:, PAD_ID].set(NEG_INF)
+
+
+def best_tokens(logits: Logits, n: int) -> tuple[Array, Array]:
+  """Each row's n most probable next tokens: log-probabilities [rows, n] float32 and ids [rows, n].
+
+  Best first, ties to the lower id, as `jax.lax.top_k(next_log_probs(logits), n)`.
+  The normaliser is computed over the whole vocabulary (padding included, as
+  `next_log_probs` does) but only the n picked logits are normalised. Padding is
+  never picked ahead of a real token; picked anyway (n above the real tokens),
+  it scores NEG_INF. A shortlist's logits (`VocabMajor` with ids) are normalised
+  over its listed ids and picked among them; its FILLER rows count as padding.
+  """
+  vocab_major = isinstance(logits, VocabMajor)
+  x = (logits.logits if vocab_major else logits).astype(jnp.float32)
+  ids = logits.ids if vocab_major else None
+  axis = 0 if vocab_major else 1
+  if ids is not None:
+    x = jnp.where((ids == FILLER)[:, None], -jnp.inf, x)              # [size, rows]
+  top = jnp.max(x, axis=axis)                                           # [rows]
+  normaliser = jnp.log(jnp.sum(jnp.exp(x - jnp.expand_dims(top, axis)), axis=axis))
+  # -inf only ever meets the subtractions below, never another infinity.
+  if ids is not None:
+    x = jnp.where((ids == PAD_ID)[:, None], -jnp.inf, x)
+  else:
+    x = x.at[(PAD_ID, slice(None)) if vocab_major else (slice(None), PAD_ID)].set(-jnp.inf)
+  values, tokens = (choice.top_k_columns if vocab_major else choice.top_k)(x, min(n, x.shape[axis]))
+  values = (values - top[:, None]) - normaliser[:, None]
+  if ids is not None:                                  # shortlist positions -> vocabulary ids
+    tokens = jnp.maximum(jnp.take(ids, tokens), PAD_ID)
+  return jnp.where(tokens == PAD_ID, NEG_INF, values), tokens
+
+
 # ------------------------------------------------------------------------ greedy
 
 
@@ -139,7 +182,7 @@ def token_by_token(step_fn: StepFn, cache: Any, choose: Callable[[Array, Array],
   def body(state):
     step, seqs, log_prob, done, cache = state
     logits, cache = step_fn(cache, _previous_tokens(seqs, step), step)
-    log_probs = next_token.log_probs(logits)                            # [rows, vocab]
+    log_probs = next_log_probs(logits)                            # [rows, vocab]
     allowed = _forbid_eos(log_probs, None, step, min_len, eos_id)
     token = choose(allowed, step).astype(jnp.int32)                           # [rows]
     token_log_prob = jnp.take_along_axis(log_probs, token[:, None], axis=-1)[:, 0]
@@ -183,7 +226,7 @@ def _top_extensions(beam_best: Array, beam_token: Array, s: BeamState,
   """The n best (log-prob, beam, token) extensions per sentence, best first.
 
   beam_best, beam_token [batch, beam, m]: each beam's best min(n, vocab) next
-  tokens and their log-probabilities (`next_token.best`). The second stage takes
+  tokens and their log-probabilities (`best_tokens`). The second stage takes
   the best n of those: every extension in a sentence's best n is within its own
   beam's best n. Same result as one top-n over beam x vocab, ties included (both
   prefer the lower beam, then the lower token).
@@ -210,7 +253,7 @@ def _beam_step(step_fn: StepFn, s: BeamState, *, alpha: float, eos_id: int, n_be
   logits, cache = step_fn(s.cache, tokens, s.step)
   # Each beam has one EOS extension, so the best 2k hold at least k that go on.
   beam_best, beam_token = (jnp.broadcast_to(x.reshape(batch, r, -1), (batch, k, x.shape[-1]))
-                           for x in next_token.best(logits, 2 * k))    # [batch, k, 2k]
+                           for x in best_tokens(logits, 2 * k))    # [batch, k, 2k]
   beam_best = _forbid_eos(beam_best, beam_token, s.step, min_len, eos_id)
   top_log_prob, top_beam, top_token = _top_extensions(beam_best, beam_token, s, 2 * k)
   top_ok = _gather_beams(s.alive_ok, top_beam) & (top_token != PAD_ID)
@@ -237,9 +280,9 @@ def _beam_step(step_fn: StepFn, s: BeamState, *, alpha: float, eos_id: int, n_be
   alive_seqs = _gather_beams(top_seqs, pick)
   parents = jnp.arange(batch)[:, None] * k + _gather_beams(top_beam, pick)   # [batch, k] rows
   if first:  # every parent is its sentence's one row: tiling is the reordering
-    cache = decode_cache.tile(cache, k, shared=shared)
+    cache = tile(cache, k, shared=shared)
   else:
-    cache = decode_cache.take_rows(cache, parents.reshape(-1), shared=shared)
+    cache = take_rows(cache, parents.reshape(-1), shared=shared)
 
   # With alpha >= 0 a live hypothesis can at best reach its current log-probability
   # over lp(its sentence's maximum): log-probabilities only fall and lp only grows.
@@ -289,7 +332,7 @@ def beam_start(cache: Any, *, beam_size: int, max_len: int, max_lens: Optional[A
 def _before_first_step(state: BeamState, shared: bool) -> bool:
   """Whether the cache still has one row per sentence (a `beam_start` state), not one per beam."""
   batch, k, _ = state.alive_seqs.shape
-  rows = decode_cache.rows(state.cache, shared=shared)
+  rows = cache_rows(state.cache, shared=shared)
   return k > 1 and rows == batch
 
 
@@ -306,8 +349,8 @@ def beam_run(step_fn: StepFn, state: BeamState, *, until: int, alpha: float = 0.
   _check_settings(alpha, state.alive_seqs.shape[1], n_best)
   _check_min_len(min_len)
   until = min(until, state.alive_seqs.shape[2])
-  if decode_cache.position_length(state.cache) is not None:
-    state = state._replace(cache=decode_cache.resize(state.cache, until))
+  if position_length(state.cache) is not None:
+    state = state._replace(cache=resize(state.cache, until))
   step = functools.partial(_beam_step, step_fn, alpha=alpha, eos_id=eos_id, n_best=n_best,
                            min_len=min_len, shared=shared)
   if _before_first_step(state, shared):
@@ -348,3 +391,86 @@ def beam_search(step_fn: StepFn, cache: Any, *, beam_size: int = 4, alpha: float
     state = beam_run(step_fn, state, until=until, alpha=alpha, eos_id=eos_id, n_best=n_best,
                      min_len=min_len, shared=shared)
   return state.done_seqs[:, :n_best], state.done_score[:, :n_best]
+
+
+# ------------------------------------------------------------ the cache between steps
+# model/decode_cache.py's wrappers say what a search may do with each part of a cache.
+
+
+_POSITIONS = (decode_cache.Positions, decode_cache.Unordered)
+
+
+def _is_wrapper(x: Any) -> bool:
+  return isinstance(x, (decode_cache.PerSentence, decode_cache.Positions, decode_cache.Unordered))
+
+
+def map_rows(fn: Callable[[Array], Array], cache: Any, *, shared: bool = True,
+             unordered: bool = True) -> Any:
+  """Applies `fn` to every per-row leaf (Positions included); PerSentence parts pass as they are.
+
+  With `shared=False` PerSentence parts count as per row too (the reference
+  path that tiles and reorders everything); with `unordered=False` Unordered
+  parts pass as they are.
+  """
+  def visit(x):
+    if ((isinstance(x, decode_cache.PerSentence) and shared)
+        or (isinstance(x, decode_cache.Unordered) and not unordered)):
+      return x
+    if _is_wrapper(x):
+      return x.replace(value=jax.tree.map(fn, x.value))
+    return fn(x)
+  return jax.tree.map(visit, cache, is_leaf=_is_wrapper)
+
+
+def tile(cache: Any, r: int, *, shared: bool = True) -> Any:
+  """Every per-row leaf [batch, ...] -> [batch * r, ...], each row repeated r times."""
+  return map_rows(lambda x: jnp.repeat(x, r, axis=0), cache, shared=shared)
+
+
+def take_rows(cache: Any, rows: Array, *, shared: bool = True) -> Any:
+  """Per-row leaves reordered to `rows` [new_rows] int32 indices.
+
+  Unordered parts stay as they are: their rows are where the reordered records
+  point. With `shared=False` (the reference) they are reordered too: every
+  PerSentence part then has a row per row, so a step function sees one row per
+  sentence, which only ever reads its own row.
+  """
+  # mode="clip" clamps the few indices instead of masking every gathered element
+  # ("fill", the default): the searches only pass rows that exist.
+  return map_rows(lambda x: jnp.take(x, rows, axis=0, mode="clip"), cache, shared=shared,
+                  unordered=not shared)
+
+
+def cache_rows(cache: Any, *, shared: bool = True) -> int | None:
+  """The leading dim of the per-row leaves (None without any); they must agree."""
+  found = set()
+  map_rows(lambda x: found.add(x.shape[0]) or x, cache, shared=shared)
+  if len(found) > 1:
+    raise ValueError(f"the cache's per-row leaves have different leading dims {sorted(found)}")
+  return found.pop() if found else None
+
+
+def position_length(cache: Any) -> int | None:
+  """The buffer length of the Positions and Unordered parts (None without any); they must agree."""
+  lengths = {leaf.shape[node.axis]
+             for node in jax.tree.leaves(cache, is_leaf=_is_wrapper) if isinstance(node, _POSITIONS)
+             for leaf in jax.tree.leaves(node.value)}
+  if len(lengths) > 1:
+    raise ValueError(f"the cache's Positions buffers have different lengths {sorted(lengths)}")
+  return lengths.pop() if lengths else None
+
+
+def resize(cache: Any, length: int) -> Any:
+  """Positions and Unordered buffers cut or zero-padded to `length` along their position axis."""
+  def fit(axis, x):
+    if x.shape[axis] >= length:
+      return jax.lax.slice_in_dim(x, 0, length, axis=axis)
+    pad = [(0, 0)] * x.ndim
+    pad[axis] = (0, length - x.shape[axis])
+    return jnp.pad(x, pad)
+
+  def visit(x):
+    if isinstance(x, _POSITIONS):
+      return x.replace(value=jax.tree.map(lambda leaf: fit(x.axis, leaf), x.value))
+    return x
+  return jax.tree.map(visit, cache, is_leaf=_is_wrapper)

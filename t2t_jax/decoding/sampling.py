@@ -13,16 +13,20 @@ at its maximum length.
 Randomness is explicit and per sentence: row b at output position t draws with
 `fold_in(keys[b], t)`, so a sentence's sample depends on its own key only, not
 on which batch or row it was decoded in. `row_keys(seed_key, ids)` makes such
-keys from sentence ids.
+keys from sentence ids. `decode_batch` draws `search.n_best` samples for each sentence
+of a batch with the models bound as for beam search (decoding/batch_decoder.py).
 """
 
 from __future__ import annotations
 
-from typing import Any, Optional
+import functools
+from typing import Any, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 
+from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import beam_search
 from t2t_jax.ids import EOS_ID
 
@@ -79,3 +83,49 @@ def sample(step_fn: beam_search.StepFn, cache: Any, keys: Array, *, max_len: int
 
   return beam_search.token_by_token(step_fn, cache, draw, max_len=max_len, limits=limits,
                                     eos_id=eos_id, min_len=min_len)
+
+
+@functools.partial(jax.jit, static_argnames=("models", "n", "temperature", "top_k", "max_len",
+                                             "min_len"))
+def _sample_batch(params: tuple, inputs: Array, max_lens: Array, keys: Array, shortlist, *,
+                  models: tuple, n: int, temperature: float, top_k: int, max_len: int,
+                  min_len: int):
+  batch = inputs.shape[0]
+  members = [batch_decoder.Member(m, p) for m, p in zip(models, params)]
+  cache, step_fn = batch_decoder.init_decoder(members, jnp.repeat(inputs, n, axis=0), max_len,
+                                              shortlist)
+  tokens, scores = sample(step_fn, cache, keys.reshape(batch * n), max_len=max_len,
+                          max_lens=jnp.repeat(max_lens, n), temperature=temperature,
+                          top_k=top_k, min_len=min_len)
+  tokens, scores = tokens.reshape(batch, n, max_len), scores.reshape(batch, n)
+  order = jnp.argsort(-scores, axis=1, stable=True)                   # best first
+  return (jnp.take_along_axis(tokens, order[..., None], axis=1),
+          jnp.take_along_axis(scores, order, axis=1))
+
+
+def decode_batch(members: Sequence[batch_decoder.Member], inputs: Any,
+                 search: batch_decoder.Search, ids: Optional[Sequence[int]] = None, *,
+                 store: Any = None, shortlist: Any = None) -> tuple[np.ndarray, np.ndarray]:
+  """`search.n_best` samples for each row of `inputs` [batch, src] (EOS-terminated, 0-padded),
+  as `batch_decoder.decode_batch` gives beam search's outputs.
+
+  `ids` [batch] name the sentences for the keys (default 0..batch-1): sample j of
+  sentence i draws with fold_in(fold_in(key(search.seed), i), j), whatever batch it
+  is in. Scores: the model's log-probability of each sample, best first. `store`,
+  `shortlist`: as for `batch_decoder.decode_batch`.
+  """
+  if not search.sample:
+    raise ValueError("sampling.decode_batch samples; beam search is batch_decoder.decode_batch")
+  members = tuple(members)
+  batch_decoder.check_compatible(members)
+  inputs, max_len, max_lens = batch_decoder.checked_limits(
+      inputs, search, batch_decoder.max_positions(members))
+  candidates = None if shortlist is None else jax.device_put(shortlist.batch_ids(inputs))
+  ids = np.arange(len(inputs)) if ids is None else np.asarray(ids)
+  keys = row_keys(jax.random.key(search.seed), ids)                   # [batch]
+  keys = jax.vmap(lambda k: row_keys(k, np.arange(search.n_best)))(keys)
+  out = batch_decoder.call(store, _sample_batch, tuple(m.params for m in members), inputs,
+                           max_lens, keys, candidates, models=tuple(m.cfg for m in members),
+                           n=search.n_best, temperature=float(search.temperature),
+                           top_k=search.top_k, max_len=max_len, min_len=search.min_len)
+  return np.asarray(out[0]), np.asarray(out[1])

@@ -1,6 +1,6 @@
 """Beam search in the exported models, with our decoding settings: ids in, ids out.
 
-    limits = output_limits(cfg, sources)          # as decoding/search.py bounds ours
+    limits = output_limits(cfg, sources)      # as decoding/batch_decoder.py bounds ours
     outputs = marian_generate(marian, sources, limits, beam_size=4, length_penalty=0.0)
     outputs, scores = ctranslate2_translate(translator, tokens, sources, limits, beam_size=4)
 
@@ -21,14 +21,15 @@ import numpy as np
 
 from t2t_jax import configs
 from t2t_jax.decoding import beam_search
-from t2t_jax.decoding import search
+from t2t_jax.decoding import batch_decoder
 from t2t_jax.export import loading
 from t2t_jax.ids import strip_eos
 
 
 def output_limits(cfg: configs.TransformerConfig, sources: Sequence[Sequence[int]],
                   max_decode_extra: Optional[int] = None, max_len_a: float = 1.0) -> list[int]:
-  """Each sentence's maximum output length, EOS included: `search.output_limits`, our one rule.
+  """Each sentence's maximum output length, EOS included: `batch_decoder.output_limits`,
+  our one rule.
 
   `sources` with their EOS; the limit is ceil(max_len_a x length) + max_decode_extra.
   """
@@ -36,7 +37,7 @@ def output_limits(cfg: configs.TransformerConfig, sources: Sequence[Sequence[int
   lengths = [len(source) for source in sources]
   # Only which positions hold ids matters to the rule, not the ids themselves.
   rows = (np.arange(max(lengths, default=1))[None, :] < np.array(lengths)[:, None]).astype(np.int32)
-  return search.output_limits(rows, extra, max_len_a, cfg.max_len)[1].tolist()
+  return batch_decoder.output_limits(rows, extra, max_len_a, cfg.max_len)[1].tolist()
 
 
 def batches(limits: Sequence[int], batch_size: int) -> Iterator[tuple[int, list[int]]]:

@@ -34,7 +34,7 @@ from typing import Any, Optional, Sequence
 
 import sacrebleu
 
-from t2t_jax.inference import translator
+from t2t_jax.inference import text
 
 log = logging.getLogger(__name__)
 NO_SACREMOSES = ("not computed: sacremoses is not installed (pip install sacremoses, or bring "
@@ -102,23 +102,18 @@ def bleu_scores(hyps: Sequence[str], refs: Sequence[str], lang: str) -> dict[str
 
 
 def decode_and_score(cfg, params: Any, tokenizer, sources: Sequence[str], references: Sequence[str],
-                     out_path: Optional[str | os.PathLike], programs: Any = None,
-                     **settings: Any) -> dict[str, Any]:
+                     out_path: Optional[str | os.PathLike], **settings: Any) -> dict[str, Any]:
   """Translates `sources` with `params`, writes the hypotheses to `out_path`, scores them.
 
   `out_path` None: the hypotheses are not written (the other processes of a
-  multi-process run). `programs`: a store of compiled decoding programs
-  (runtime/stored_programs.py) to load from and add to.
-
-  `settings` go to `Translator.translate` (beam_size, alpha,
+  multi-process run). `settings` go to `text.translate_lines` (beam_size, alpha,
   max_decode_extra, batch_size, ...; the config's by default). Returns
   `bleu_scores(...)` plus "decode": sentences, seconds and the hypothesis path.
   """
   if len(sources) != len(references):
     raise ValueError(f"{len(sources)} source lines but {len(references)} reference lines")
   start = time.time()
-  hyps = translator.Translator.from_params(cfg, params, tokenizer, programs).translate(
-      sources, **settings)
+  hyps = text.translate_lines(cfg, params, tokenizer, sources, **settings)
   seconds = time.time() - start
   if out_path is not None:
     with open(out_path, "w", encoding="utf-8", newline="\n") as f:

@@ -17,7 +17,7 @@ so `limit` = max_len - 1 pieces fit. The policies (`t2t-translate --long_inputs`
                        of theirs, its alignment theirs with the word positions
                        shifted. Nothing is lost; a warning names the line.
   crop                 the line's first `limit` pieces are translated, with a
-                       warning naming the line (`streaming.encode_line`).
+                       warning naming the line (`text.encode_line`).
   fail                 a ValueError naming the line, before its window is translated.
 Pure Python: the piece count is a function the caller passes.
 """

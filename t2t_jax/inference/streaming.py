@@ -38,13 +38,12 @@ import numpy as np
 from t2t_jax.data import shortlist as shortlist_lib
 from t2t_jax.data import vocab
 from t2t_jax.decoding import alignment
-from t2t_jax.decoding import ensemble
-from t2t_jax.decoding import in_flight as in_flight_lib
 from t2t_jax.decoding import batch_decoder
-from t2t_jax.decoding import search as search_lib
-from t2t_jax.ids import UNK_ID, strip_eos
+from t2t_jax.decoding import sampling
+from t2t_jax.decoding import sentence_batches
+from t2t_jax.ids import strip_eos
 from t2t_jax.inference import long_inputs as long_inputs_lib
-from t2t_jax.inference import sentence_batches
+from t2t_jax.inference import text as text_lib
 from t2t_jax.runtime import stored_programs
 
 log = logging.getLogger(__name__)
@@ -83,81 +82,38 @@ class Alignments:
 # ------------------------------------------------------------------ ids and text
 
 
-def _known(tokenizer: vocab.Tokenizer, ids: Sequence[int]) -> list[int]:
-  # The model may have more ids than the SentencePiece model has pieces (a small
-  # corpus can give fewer than vocab_size); an undertrained model may emit those.
-  return [int(i) if i < tokenizer.vocab_size else UNK_ID for i in ids]
-
-
-def _one_line(text: str) -> str:
-  # A piece could hold a line break if the training text had one; it becomes a
-  # space, so that each input line gets one output line (and the same words).
-  return text.replace("\r", " ").replace("\n", " ")
-
-
-def ids_to_text(tokenizer: vocab.Tokenizer, ids: Sequence[int]) -> str:
-  """Detokenised text on one line; ids unknown to the SentencePiece model read as unknown."""
-  return _one_line(tokenizer.decode(_known(tokenizer, ids)))
-
-
 def ids_to_text_and_words(tokenizer: vocab.Tokenizer,
                           ids: Sequence[int]) -> tuple[str, list[int]]:
-  """`ids_to_text`, and the word of `text.split()` each id belongs to."""
-  text, words = alignment.decode_words(tokenizer, _known(tokenizer, ids))
-  return _one_line(text), words
-
-
-def _valid(line: str) -> str:
-  return line.encode("utf-8", errors="replace").decode("utf-8")    # lone surrogates -> "?"
-
-
-def source_pieces(tokenizer: vocab.Tokenizer, line: str) -> int:
-  """How many source pieces `encode_line` makes of `line` before any cut."""
-  return len(tokenizer.sp.encode(_valid(line)))
-
-
-def encode_line(tokenizer: vocab.Tokenizer, line: str, limit: int, number: int,
-                warn: Callable[[str], None] = log.warning,
-                with_words: bool = False) -> tuple[list[int], Optional[list[int]]]:
-  """Source ids of one line without EOS ([] when blank), cut to `limit`; and their words.
-
-  `number` (1-based) names the line in the warning about a cut.
-  """
-  line = _valid(line)
-  if not line.strip():
-    return [], [] if with_words else None
-  if with_words:
-    ids, words = alignment.encode_words(tokenizer, line)
-  else:
-    ids, words = tokenizer.encode(line)[:-1], None                   # without the EOS
-  if len(ids) > limit:
-    warn(f"line {number} has {len(ids)} pieces; truncated to the model's {limit} "
-         f"(max_len={limit + 1} positions, one kept for EOS)")
-    ids, words = ids[:limit], None if words is None else words[:limit]
-  return ids, words
+  """`text.ids_to_text`, and the word of `text.split()` each id belongs to."""
+  out, words = alignment.decode_words(tokenizer, text_lib.known_ids(tokenizer, ids))
+  return text_lib.one_line(out), words
 
 
 # ------------------------------------------------------------------ the stream
 
 
-def _translate_batch(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
+def _translate_batch(members: Sequence[batch_decoder.Member], tokenizer: vocab.Tokenizer,
                      indices: Sequence[int], sources: Sequence[list[int]],
-                     words: Sequence[Optional[list[int]]], search: search_lib.Search,
+                     words: Sequence[Optional[list[int]]], search: batch_decoder.Search,
                      batch_size: int, aligned: Optional[Alignments],
                      shape: Optional[Shape],
                      store: Optional[stored_programs.Store],
                      shortlist: Optional[shortlist_lib.Shortlist]) -> list[list[Hypothesis]]:
   inputs = (shape(sources) if shape is not None
             else sentence_batches.source_rows(sources, batch_size,
-                                              search_lib.max_positions(members)))
+                                              batch_decoder.max_positions(members)))
   ids = np.zeros(len(inputs), np.int64)
   ids[:len(indices)] = indices
-  tokens, scores = batch_decoder.decode_batch(members, inputs, search, ids=ids, store=store,
-                                              shortlist=shortlist)
+  if search.sample:
+    tokens, scores = sampling.decode_batch(members, inputs, search, ids, store=store,
+                                           shortlist=shortlist)
+  else:
+    tokens, scores = batch_decoder.decode_batch(members, inputs, search, store=store,
+                                                shortlist=shortlist)
   outputs = [[strip_eos(tokens[b, n]) for n in range(tokens.shape[1])]
              for b in range(len(sources))]
   if aligned is None:
-    return [[Hypothesis(ids_to_text(tokenizer, out), float(scores[b, n]))
+    return [[Hypothesis(text_lib.ids_to_text(tokenizer, out), float(scores[b, n]))
              for n, out in enumerate(row)] for b, row in enumerate(outputs)]
   texts = [[ids_to_text_and_words(tokenizer, out) for out in row] for row in outputs]
   flat = [(b, n) for b in range(len(sources)) for n in range(len(outputs[b]))]
@@ -172,14 +128,15 @@ def _translate_batch(members: Sequence[ensemble.Member], tokenizer: vocab.Tokeni
 
 
 def _translate_window(members, tokenizer, numbered: Sequence[tuple[int, str]], *,
-                      search: search_lib.Search, batch_size: int, aligned: Optional[Alignments],
+                      search: batch_decoder.Search, batch_size: int, aligned: Optional[Alignments],
                       in_flight: int, warn: Callable[[str], None],
                       shape: Optional[Shape],
                       store: Optional[stored_programs.Store],
                       shortlist: Optional[shortlist_lib.Shortlist]) -> list[Translation]:
-  limit = search_lib.max_positions(members) - 1
+  limit = batch_decoder.max_positions(members) - 1
   indices, lines = [index for index, _ in numbered], [line for _, line in numbered]
-  encoded = [encode_line(tokenizer, line, limit, indices[k] + 1, warn, aligned is not None)
+  words = alignment.encode_words if aligned is not None else None
+  encoded = [text_lib.encode_line(tokenizer, line, limit, indices[k] + 1, warn, words)
              for k, line in enumerate(lines)]
   translate = lambda chunk: _translate_batch(
       members, tokenizer, [indices[k] for k in chunk], [encoded[k][0] for k in chunk],
@@ -192,11 +149,11 @@ def _translate_window(members, tokenizer, numbered: Sequence[tuple[int, str]], *
   return [Translation(indices[k], found[k] if k in found else [blank]) for k in range(len(lines))]
 
 
-def stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
-           lines: Iterable[str], *, search: search_lib.Search,
+def stream(members: Sequence[batch_decoder.Member], tokenizer: vocab.Tokenizer,
+           lines: Iterable[str], *, search: batch_decoder.Search,
            batch_size: int = 64, window: Optional[int] = None,
            alignments: Optional[Alignments] = None,
-           in_flight: int = in_flight_lib.DEFAULT,
+           in_flight: int = sentence_batches.IN_FLIGHT,
            long_inputs: str = long_inputs_lib.DEFAULT, grouped: bool = False,
            warn: Callable[[str], None] = log.warning,
            shape: Optional[Shape] = None,
@@ -207,7 +164,7 @@ def stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
   `window` (default 16 batches) bounds the lines held in memory; larger windows
   sort into fuller batches. `grouped`: `lines` holds lists of lines, each
   decoded as soon as it is read (a list longer than `window` in windows).
-  `in_flight` batches of a window decode at once (decoding/in_flight.py).
+  `in_flight` batches of a window decode at once (`sentence_batches.ordered_map`).
   `alignments` adds word alignments to every hypothesis. `long_inputs`: "split",
   "crop" or "fail" for a line longer than the models' limit (long_inputs.py).
   Settings are checked here; lines are read as the iterator is. `shape(sources)`
@@ -227,8 +184,9 @@ def stream(members: Sequence[ensemble.Member], tokenizer: vocab.Tokenizer,
   for member in members:
     if alignments is not None:
       alignment.check_layer_and_head(member.cfg, alignments.layer, alignments.head)
-  fitted = long_inputs_lib.LongInputs(long_inputs, lambda text: source_pieces(tokenizer, text),
-                                      search_lib.max_positions(members) - 1, warn)
+  pieces = lambda line: text_lib.source_pieces(tokenizer, line)
+  fitted = long_inputs_lib.LongInputs(long_inputs, pieces,
+                                      batch_decoder.max_positions(members) - 1, warn)
   groups = lines if grouped else _windows(iter(lines), window)
   return fitted.join(_translate_groups(
       members, tokenizer, groups, window=window, fitted=fitted, search=search,

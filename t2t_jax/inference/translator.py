@@ -12,7 +12,7 @@ A model is a work directory (its averaged params when present, else its latest
 checkpoint's; `average=False`: the latest) or one of its checkpoints,
 `WORKDIR/checkpoints/<step>` or `WORKDIR/averaged/<step>`. Models of an
 ensemble must share the vocabulary (the same `vocab/spm.model`); their
-probabilities are averaged at every step (`decoding/ensemble.py`).
+probabilities are averaged at every step (`decoding/batch_decoder.py`).
 
 Every input line gives exactly one translation, in input order: a blank line
 gives "", and a line longer than the model's `max_len` positions is split at
@@ -35,13 +35,11 @@ import pathlib
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from t2t_jax import configs
-from t2t_jax.data import buckets
 from t2t_jax.data import shortlist as shortlist_lib
 from t2t_jax.data import vocab
-from t2t_jax.decoding import ensemble
-from t2t_jax.decoding import in_flight as in_flight_lib
 from t2t_jax.decoding import batch_decoder
-from t2t_jax.decoding import search as search_lib
+from t2t_jax.decoding import sentence_batches
+from t2t_jax.ids import bucket_length
 from t2t_jax.inference import long_inputs as long_inputs_lib
 from t2t_jax.inference import streaming
 from t2t_jax.model import quantized
@@ -63,10 +61,10 @@ def load_tokenizer(workdir: str | os.PathLike) -> vocab.Tokenizer:
 
 
 def load_model(path: str | os.PathLike, average: bool = True, **overrides: Any
-               ) -> tuple[configs.TransformerConfig, ensemble.Member, vocab.Tokenizer]:
+               ) -> tuple[configs.TransformerConfig, batch_decoder.Member, vocab.Tokenizer]:
   """A work directory's or one checkpoint's run config, model and the tokenizer it was trained with.
 
-  The model is an `ensemble.Member` (the config's `.model` and the params); the
+  The model is a `batch_decoder.Member` (the config's `.model` and the params); the
   run config gives the decoding defaults. `overrides`: config fields to change
   for decoding, e.g. beam_size=1, or quantization="int8" (the params quantised
   here, once).
@@ -80,7 +78,7 @@ def load_model(path: str | os.PathLike, average: bool = True, **overrides: Any
     params = averaging.load_checkpoint_params(path)
   else:
     params = averaging.load_params(workdir, averaged=average)
-  return cfg, ensemble.Member(cfg.model, _member_params(cfg, params)), tokenizer
+  return cfg, batch_decoder.Member(cfg.model, _member_params(cfg, params)), tokenizer
 
 
 def _member_params(cfg: configs.TransformerConfig, params: Params) -> Params:
@@ -151,11 +149,11 @@ class Translator:
     (float32; quantised here where `cfg.quantization` asks); `programs`: a store of
     compiled decoding programs to load from and add to."""
     translator = cls.__new__(cls)
-    translator._hold(cfg, [ensemble.Member(cfg.model, _member_params(cfg, params))], tokenizer,
+    translator._hold(cfg, [batch_decoder.Member(cfg.model, _member_params(cfg, params))], tokenizer,
                      programs)
     return translator
 
-  def _hold(self, cfg: configs.TransformerConfig, members: list[ensemble.Member],
+  def _hold(self, cfg: configs.TransformerConfig, members: list[batch_decoder.Member],
             tokenizer: vocab.Tokenizer, programs: Optional[stored_programs.Store]) -> None:
     # The run config (not a member's model config) gives the decoding defaults.
     self.cfg, self.members, self.tokenizer = cfg, members, tokenizer
@@ -175,7 +173,7 @@ class Translator:
                        max_decode_extra: Optional[int] = None, max_len_a: Optional[float] = None,
                        min_len: Optional[int] = None,
                        batch_size: Optional[int] = None, window: Optional[int] = None,
-                       in_flight: int = in_flight_lib.DEFAULT,
+                       in_flight: int = sentence_batches.IN_FLIGHT,
                        long_inputs: str = long_inputs_lib.DEFAULT, grouped: bool = False,
                        warn: Callable[[str], None] = log.warning,
                        shape: Optional[streaming.Shape] = None) -> Iterator[streaming.Translation]:
@@ -195,7 +193,7 @@ class Translator:
     for lines longer than the model's limit (inference/long_inputs.py). `shape`: a
     batch's id rows from its sources (`streaming.stream`).
     """
-    search = search_lib.Search.from_config(
+    search = batch_decoder.Search.from_config(
         self.cfg, beam_size=beam_size, alpha=alpha, max_decode_extra=max_decode_extra,
         max_len_a=max_len_a, min_len=min_len, n_best=n_best, sample=sample, temperature=temperature,
         top_k=top_k, seed=seed)
@@ -220,9 +218,9 @@ class Translator:
     """
     if self.programs is None:
       raise ValueError("this Translator keeps no programs: make it with programs=True")
-    search = search_lib.Search.from_config(self.cfg)
-    limit = search_lib.max_positions(self.members)
-    widths = widths or sorted({min(buckets.bucket_length(n + 1), limit) for n in range(1, limit)})
+    search = batch_decoder.Search.from_config(self.cfg)
+    limit = batch_decoder.max_positions(self.members)
+    widths = widths or sorted({min(bucket_length(n + 1), limit) for n in range(1, limit)})
     return sum(batch_decoder.compile_beam_programs(self.members, r, width, search, self.programs)
                for r in rows or [self.cfg.decode_batch_size] for width in widths)
 

@@ -1,4 +1,5 @@
-"""One experiment end to end: data, training, checkpoint averaging, test-set BLEU.
+"""One experiment end to end: data, training, checkpoint averaging, test-set BLEU; fine-tuning
+from another run.
 
 `run(cfg, workdir)` is what `t2t-train` (cli/train.py, and through it the WMT14
 scripts in experiments/), the parsing experiment and the notebook call. Every
@@ -21,12 +22,12 @@ import jax
 
 from t2t_jax import configs
 from t2t_jax.data import dataset
+from t2t_jax.data import vocab
 from t2t_jax.inference import bleu as bleu_lib
 from t2t_jax.recipes import paper
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import lock
 from t2t_jax.runtime import multihost
-from t2t_jax.runtime import stored_programs
 from t2t_jax.runtime import workdir as workdir_lib
 from t2t_jax.train import trainer
 
@@ -37,11 +38,10 @@ def run(cfg: configs.TransformerConfig, workdir: str | os.PathLike,
         init_params: Any = None) -> dict[str, Any]:
   """Trains, averages the last `cfg.average_last` checkpoints, scores the test set.
 
-  Writes `workdir/results.json`, `workdir/test.hyp` and the test decoding's
-  compiled programs (`workdir/programs`) and returns the results;
+  Writes `workdir/results.json` and `workdir/test.hyp` and returns the results;
   without a test set (dataset "text" with no test_files) the BLEU scores are
   None and no test.hyp is written. `init_params` start a new run from given
-  params (fine-tuning, recipes/finetune.py).
+  params (fine-tuning: `finetune_params`).
   Raises ValueError if `workdir` holds a run with an incompatible config,
   lock.WorkdirBusyError if another run uses it, and
   preemption.Preempted (after saving) on SIGTERM or Ctrl-C during training. In a
@@ -69,16 +69,9 @@ def _run(cfg: configs.TransformerConfig, workdir: pathlib.Path,
   params = averaging.average_checkpoints(workdir, last=cfg.average_last)
   names = ("sacrebleu", "sacrebleu_intl", "paper")
   if ds.test_sources():
-    # The test set's decoding programs stay in the work directory, so that
-    # t2t-translate and t2t-serve load them instead of compiling (also elsewhere,
-    # on a machine of this kind: runtime/stored_programs.py).
-    store = stored_programs.Store(workdir / stored_programs.DIRECTORY) if main else None
     scores = bleu_lib.decode_and_score(
         cfg, params, ds.tokenizer, ds.test_sources(), ds.test_references(),
-        workdir / "test.hyp" if main else None, programs=store)
-    if store is not None:
-      log.info("%d decoding programs stored in %s (t2t-translate --store_programs adds the "
-               "other batch widths)", store.compiled, store.directory)
+        workdir / "test.hyp" if main else None)
   else:
     log.info("No test set (config.test_files): test BLEU skipped")
     scores = {name: {"score": None, "signature": None} for name in names}
@@ -102,6 +95,62 @@ def _run(cfg: configs.TransformerConfig, workdir: pathlib.Path,
   if main:
     workdir_lib.write_json_atomic(workdir / "results.json", results)
   return results
+
+
+# --- Fine-tuning ----------------------------------------------------------------------
+# A new run that starts from another run's parameters and vocabulary, as fairseq's
+# `--finetune-from-model` and Marian's `--pretrained-model`: the new run takes the
+# parent's (averaged, if averaged) parameters and its vocabulary, and starts a fresh
+# optimiser and learning-rate schedule at step 0 on whatever data its config names.
+# The model must have the parent's shapes and the vocabulary must be the parent's;
+# anything else is refused in one line.
+#
+#     cfg = finetune_config(parent, data_fields_and_overrides)
+#     params = finetune_params(cfg, parent, workdir)   # checks, copies the vocabulary
+#     run(cfg, workdir, init_params=params)
+
+
+# The fields that decide the parameters' shapes and how text becomes ids.
+SHAPE_FIELDS = ("vocab_size", "vocab_type", "num_layers", "d_model", "d_ff", "num_heads",
+                "key_depth", "value_depth", "share_embeddings", "positional_encoding")
+
+
+def _shape(cfg: configs.TransformerConfig) -> dict[str, Any]:
+  shape = {name: getattr(cfg, name) for name in SHAPE_FIELDS}
+  if cfg.positional_encoding == "learned":
+    shape["max_len"] = cfg.max_len  # the size of the learned position table
+  return shape
+
+
+def finetune_config(parent: str | os.PathLike,
+                    overrides: dict[str, Any]) -> configs.TransformerConfig:
+  """The parent run's config with `overrides` (data files, steps, learning rate...) on top."""
+  return workdir_lib.load_config(parent).replace(**overrides)
+
+
+def check_finetune(cfg: configs.TransformerConfig, parent: str | os.PathLike) -> None:
+  """ValueError naming the differences if `cfg`'s model or vocabulary is not the parent's."""
+  theirs, ours = _shape(workdir_lib.load_config(parent)), _shape(cfg)
+  changed = [k for k in ours if theirs.get(k) != ours[k]]
+  if changed:
+    diffs = ", ".join(f"{k}: {theirs.get(k)!r} -> {ours[k]!r}" for k in changed)
+    raise ValueError(f"cannot fine-tune from {parent}: the model or vocabulary differs "
+                     f"({diffs}); keep the parent's settings for these fields")
+
+
+def finetune_params(cfg: configs.TransformerConfig, parent: str | os.PathLike,
+                    workdir: str | os.PathLike) -> Any:
+  """Checks `cfg` against the parent, gives `workdir` its vocabulary, returns its params.
+
+  The params are the parent's averaged ones when it has them, else its latest
+  checkpoint's (FileNotFoundError when it has neither).
+  """
+  parent = pathlib.Path(parent)
+  check_finetune(cfg, parent)
+  vocab.adopt(str(parent / "vocab"), str(pathlib.Path(workdir) / "vocab"))
+  params = averaging.load_params(parent, averaged=True)
+  log.info("Fine-tuning from %s", parent)
+  return params
 
 
 # --- The presets' expectations --------------------------------------------------------

@@ -5,7 +5,7 @@
 
 A damaged checkpoint is skipped with a warning (the next older one takes its
 place); one that cannot be read now stops with CheckpointUnreadableError, as
-when a run resumes (runtime/read_failures.py decides which is which).
+when a run resumes (runtime/checkpoint.py's `classify` decides which is which).
 """
 
 from __future__ import annotations
@@ -24,7 +24,7 @@ from orbax.checkpoint import checkpoint_managers
 from t2t_jax.runtime import checkpoint
 from t2t_jax.runtime.checkpoint import (AVERAGED_DIR, CHECKPOINT_DIR, CheckpointUnreadableError,
                                         CheckpointWarning)
-from t2t_jax.runtime.read_failures import DAMAGED, UNREADABLE, classify, describe
+from t2t_jax.runtime.checkpoint import DAMAGED, UNREADABLE, classify, describe
 
 log = logging.getLogger(__name__)
 

@@ -17,16 +17,25 @@ together (`Checkpointer.restore_latest`). The dropout
 key is not saved: it is derived from `cfg.seed` and the step (docs/training.md).
 Averaging and loading saved parameters for inference: runtime/averaging.py; its
 console script `t2t-average-checkpoints` is cli/average.py.
+
+What a failed read means: damaged files, a read that failed now, or neither
+(`classify`). Only evidence that the files themselves are damaged may set a
+checkpoint aside (docs/checkpoints.md has the rule and what `restore_latest` does
+with each kind). Orbax has no error types of its own for these cases; the kinds
+come from Python's exception types, errno and tensorstore's status codes.
 """
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import dataclasses
+import errno
 import json
 import logging
 import os
 import pathlib
+import re
 import time
 import warnings
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -37,9 +46,6 @@ import orbax.checkpoint as ocp
 
 from t2t_jax import configs
 from t2t_jax.runtime import multihost
-from t2t_jax.runtime import read_failures
-from t2t_jax.runtime.read_failures import (DAMAGED, INCOMPATIBLE, UNREADABLE, classify, culprit,
-                                           describe)
 
 CHECKPOINT_DIR = "checkpoints"
 AVERAGED_DIR = "averaged"
@@ -51,6 +57,113 @@ RETRY_DELAYS_S = (2.0, 10.0, 30.0)
 log = logging.getLogger(__name__)
 
 PyTree = Any
+
+
+# ------------------------------------------------------------- what a failed read means
+
+
+def describe(error: BaseException) -> str:
+  """One line: the type and the message, without tensorstore's spec, its ends if too long."""
+  text = str(error).splitlines()[0] if str(error) else ""
+  text = re.sub(r"\s*\[tensorstore_spec='[^']*'\]", "", text)
+  if len(text) > 300:  # the cause (e.g. "Permission denied") is at the end
+    text = f"{text[:80]} ... {text[-200:]}"
+  return f"{type(error).__name__}: {text}"
+
+
+# What one attempt to restore a step found.
+DAMAGED = "damaged"  # the files are wrong or missing: set the step aside, use an older one
+UNREADABLE = "unreadable"  # reading failed now (I/O, permissions, memory): retry, then stop
+INCOMPATIBLE = "incompatible"  # anything else, e.g. the state's structure or shapes changed
+
+# tensorstore, which reads orbax's arrays, raises ValueError with the absl status code
+# first. These codes describe the bytes on disk (missing, short, undecodable) ...
+_DAMAGE_CODES = ("DATA_LOSS", "NOT_FOUND", "OUT_OF_RANGE")
+# ... and these a read that failed now (EACCES, EIO, EAGAIN, timeouts, ENOMEM, ENOSPC).
+_TROUBLE_CODES = ("PERMISSION_DENIED", "UNAVAILABLE", "DEADLINE_EXCEEDED",
+                  "RESOURCE_EXHAUSTED", "ABORTED", "CANCELLED")
+_STATUS = re.compile(r"\b(" + "|".join(_DAMAGE_CODES + _TROUBLE_CODES) + r"): ")
+_FILE = re.compile(r'local file "([^"]+)"')
+_OS_ERROR = re.compile(r"os_error_code='(\d+)'")  # tensorstore's errno, where it has one
+_MISSING = (errno.ENOENT, errno.ENOTDIR)
+
+
+def _chain(error: BaseException) -> Iterator[BaseException]:
+  while error is not None:
+    yield error
+    error = error.__cause__ or error.__context__
+
+
+def classify(error: BaseException) -> str:
+  """DAMAGED, UNREADABLE or INCOMPATIBLE (see above) for an error raised by a restore.
+
+  Only evidence about the files counts as damage: a missing file (ENOENT), a
+  JSON metadata file that does not decode (as UTF-8 or as JSON), a missing
+  item, tensorstore's DATA_LOSS, NOT_FOUND or OUT_OF_RANGE (a truncated array
+  file). Any other OSError (also
+  one tensorstore reports with its errno), a MemoryError or a timeout is
+  UNREADABLE: retried, never set aside.
+  """
+  for e in _chain(error):
+    if isinstance(e, (MemoryError, TimeoutError, concurrent.futures.TimeoutError)):
+      return UNREADABLE
+    if isinstance(e, OSError):
+      missing = isinstance(e, (FileNotFoundError, NotADirectoryError)) or e.errno in _MISSING
+      return DAMAGED if missing else UNREADABLE
+    if isinstance(e, (json.JSONDecodeError, UnicodeDecodeError)):
+      return DAMAGED  # a metadata file that is not JSON, or not even text (garbled bytes)
+    if isinstance(e, KeyError) and "was not found in the checkpoint" in str(e):
+      return DAMAGED  # orbax: an item directory (e.g. `meta`) is missing
+    os_error = _OS_ERROR.search(str(e))
+    if isinstance(e, ValueError) and os_error:
+      return DAMAGED if int(os_error.group(1)) in _MISSING else UNREADABLE
+    status = _STATUS.search(str(e))
+    if isinstance(e, ValueError) and status:
+      return DAMAGED if status.group(1) in _DAMAGE_CODES else UNREADABLE
+  return INCOMPATIBLE
+
+
+def culprit(error: BaseException, step_dir: pathlib.Path) -> str:
+  """The file an error names (the most specific one tensorstore mentions), else `step_dir`."""
+  for e in _chain(error):
+    if isinstance(e, OSError) and e.filename:
+      return str(e.filename)
+    files = _FILE.findall(str(e))
+    if files:
+      return files[-1]
+  return str(step_dir)
+
+
+@dataclasses.dataclass(frozen=True)
+class Failure:
+  """Why one step did not restore, as every process agrees on it (JSON-able fields)."""
+  kind: str
+  file: str
+  cause: str
+  attempts: int
+  process: Optional[int] = None  # set in a multi-process run
+
+  def where(self) -> str:
+    return "" if self.process is None else f"process {self.process}: "
+
+
+def pooled(name: str, failure: Optional[Failure]) -> Optional[Failure]:
+  """Every process's outcome pooled into one, the same on every process.
+
+  None when every process restored; else the failure that weighs most (a read
+  that failed now, then an incompatible state, then damage), the lowest process first.
+  """
+  mine = json.dumps(None if failure is None else dataclasses.asdict(failure))
+  outcomes = [json.loads(text) for text in multihost.gather(name, mine)]
+  failures = [(i, f) for i, f in enumerate(outcomes) if f is not None]
+  if not failures:
+    return None
+  weight = {UNREADABLE: 0, INCOMPATIBLE: 1, DAMAGED: 2}
+  process, worst = min(failures, key=lambda f: (weight[f[1]["kind"]], f[0]))
+  return Failure(**{**worst, "process": process if len(outcomes) > 1 else None})
+
+
+# ------------------------------------------------------------------------ checkpoints
 
 
 class CheckpointWarning(UserWarning):
@@ -295,7 +408,7 @@ class Checkpointer:
       raise self._write_error from None
 
   def _read(self, reader: ocp.CheckpointManager, step: int, target: PyTree
-            ) -> tuple[Optional[tuple[PyTree, dict]], Optional[read_failures.Failure]]:
+            ) -> tuple[Optional[tuple[PyTree, dict]], Optional[Failure]]:
     """(state, extras) of `step`, or why it failed; a failed read is tried again."""
     attempt = 0
     while True:
@@ -305,7 +418,7 @@ class Checkpointer:
             state=ocp.args.StandardRestore(target), meta=ocp.args.JsonRestore()))
         mismatch = _shape_mismatch(restored["state"], target)
         if mismatch:
-          return None, read_failures.Failure(INCOMPATIBLE, str(self.directory / str(step)),
+          return None, Failure(INCOMPATIBLE, str(self.directory / str(step)),
                                              mismatch, attempt)
         return (restored["state"], dict(restored["meta"]["extras"])), None
       except Exception as e:  # pylint: disable=broad-except  (classify decides)
@@ -319,7 +432,7 @@ class Checkpointer:
                       step, describe(e), delay)
           self._sleep(delay)
           continue
-        return None, read_failures.Failure(kind, culprit(e, step_dir), describe(e), attempt)
+        return None, Failure(kind, culprit(e, step_dir), describe(e), attempt)
 
   def restore_latest(self, target_state: PyTree) -> Optional[tuple[PyTree, dict]]:
     """The newest checkpoint that restores, as (state, extras); None when there is none.
@@ -342,11 +455,11 @@ class Checkpointer:
     if not steps:
       return None
     target = _abstract(target_state)
-    damaged: list[tuple[int, read_failures.Failure]] = []
+    damaged: list[tuple[int, Failure]] = []
     with read_manager(self.directory, ocp.StandardCheckpointHandler) as reader:
       for step in steps:
         restored, failure = self._read(reader, step, target)
-        failure = read_failures.pooled(f"restore/{step}", failure)
+        failure = pooled(f"restore/{step}", failure)
         if failure is None:
           if damaged:
             self._set_aside(damaged, step)
@@ -368,7 +481,7 @@ class Checkpointer:
         f"every checkpoint in {self.directory} is damaged ({details}); nothing was moved. "
         "Delete them to start again, or use a new workdir")
 
-  def _set_aside(self, damaged: Sequence[tuple[int, read_failures.Failure]], step: int) -> None:
+  def _set_aside(self, damaged: Sequence[tuple[int, Failure]], step: int) -> None:
     """Renames the newer, damaged checkpoints (process 0 does), then reloads."""
     if multihost.is_main():
       for bad_step, failure in damaged:

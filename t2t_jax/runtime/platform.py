@@ -13,6 +13,15 @@ On a host with no accelerator's device file, JAX computes on the CPU anyway, but
 the CUDA and TPU plugins (the `accelerators` extra, installed for t2t-compile)
 still try to start and log a cuInit traceback into every command's output;
 choosing the CPU before JAX starts spares that, unless JAX_PLATFORMS says otherwise.
+
+JAX's persistent compilation cache, on by default in a per-user directory: a run that
+compiles what an earlier run (the demo, a test, a restart) already compiled reads the
+executable from disk instead. Entry points call `enable_compilation_cache()` before
+anything is compiled (~/.cache/t2t_jax/jax, or $XDG_CACHE_HOME/t2t_jax/jax).
+Switches, strongest first: `enable_compilation_cache(False)` (the config field
+`compilation_cache=false`), the environment variable T2T_JAX_COMPILATION_CACHE ("off"
+to disable, or a directory), JAX's own JAX_COMPILATION_CACHE_DIR (kept as set). The
+directory may be deleted at any time; it only costs recompiling.
 """
 
 from __future__ import annotations
@@ -23,6 +32,8 @@ import os
 from typing import Mapping, Optional, Sequence
 
 import jax
+
+log = logging.getLogger(__name__)
 
 PLATFORMS = ("cpu", "gpu", "tpu")
 # The device files through which JAX reaches an accelerator: NVIDIA GPUs (/dev/nvidia0,
@@ -66,3 +77,45 @@ def select(name: str) -> jax.Device:
                      f"jax build for it, or choose --device {found[0]}") from None
   jax.config.update("jax_default_device", device)
   return device
+
+
+# ------------------------------------------------------------- the compilation cache
+
+CACHE_ENV = "T2T_JAX_COMPILATION_CACHE"
+_OFF = ("0", "off", "false", "no", "none")
+# Compilations faster than this are not worth a disk entry (JAX's default is 1 s,
+# which would leave out most of our small test and demo steps: docs/benchmarks.md,
+# "The demo and the compilation cache").
+MIN_COMPILE_SECONDS = 0.2
+# Least recently used entries go beyond this. A size limit also makes JAX take a
+# file lock around reads and writes, so concurrent runs (pytest -n 2, a demo
+# beside a test) never read a half-written entry.
+MAX_BYTES = 4 << 30
+
+
+def default_directory() -> str:
+  base = os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache")
+  return os.path.join(base, "t2t_jax", "jax")
+
+
+def enable_compilation_cache(enabled: bool = True, directory: Optional[str] = None) -> Optional[str]:
+  """Turns the persistent cache on (unless switched off); returns its directory or None.
+
+  Must run before the first compilation of the process to take effect for it.
+  """
+  env = os.environ.get(CACHE_ENV, "").strip()
+  if not enabled or env.lower() in _OFF:
+    return None
+  current = jax.config.jax_compilation_cache_dir
+  if current and directory is None and not env:
+    return current  # set by JAX_COMPILATION_CACHE_DIR or by the caller: keep its settings
+  directory = os.path.expanduser(directory or env or default_directory())
+  try:
+    os.makedirs(directory, exist_ok=True)
+  except OSError as e:
+    log.warning("compilation cache disabled: cannot create %s (%s)", directory, e.strerror)
+    return None
+  jax.config.update("jax_compilation_cache_dir", directory)
+  jax.config.update("jax_persistent_cache_min_compile_time_secs", MIN_COMPILE_SECONDS)
+  jax.config.update("jax_compilation_cache_max_size", MAX_BYTES)
+  return directory

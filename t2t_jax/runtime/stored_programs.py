@@ -22,7 +22,7 @@ trees, and `<digest>.json`, its manifest: the key, the payload's sha256, and
 what the executable was made for (`fingerprint`: platform, device kind, jax
 and jaxlib versions, the CPU's feature flags, XLA_FLAGS, and a digest of the
 t2t_jax sources programs are traced from: model/, decoding/, configs.py,
-ids.py, data/buckets.py). A program made for anything else, or a file that
+ids.py). A program made for anything else, or a file that
 cannot be read, is compiled as without a store (and written over), with one
 log line per store and reason. Files are written to a temporary name and
 renamed, manifest last, so a reader (another process) sees a whole program or
@@ -63,7 +63,7 @@ log = logging.getLogger(__name__)
 DIRECTORY = "programs"
 # What the stored programs are traced from, relative to the t2t_jax package: an
 # edit there may change a program, so it makes every stored program stale.
-TRACED_FROM = ("model", "decoding", "configs.py", "ids.py", "data/buckets.py")
+TRACED_FROM = ("model", "decoding", "kernels", "configs.py", "ids.py")
 # Manifest format; a change makes older manifests stale.
 FORMAT = 1
 # An executable that JAX's persistent compilation cache returned, serialized again,

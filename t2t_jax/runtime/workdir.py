@@ -2,7 +2,7 @@
 
 A work directory holds one run: `config.json` (written when the run starts,
 checked when it resumes), the vocabulary and token caches (data/dataset.py), the
-checkpoints (runtime/checkpoint.py), metrics (train/metrics_writer.py) and results. No JAX.
+checkpoints (runtime/checkpoint.py), metrics (train/metrics.py) and results. No JAX.
 """
 
 from __future__ import annotations

@@ -30,16 +30,15 @@ import numpy as np
 
 from t2t_jax import configs
 from t2t_jax import inference
-from t2t_jax.data import buckets
 from t2t_jax.decoding import alignment
 from t2t_jax.decoding import batch_decoder
-from t2t_jax.decoding import search as search_lib
+from t2t_jax.decoding import sentence_batches
 from t2t_jax.export import ctranslate2 as ctranslate2_lib
 from t2t_jax.export import exported_search
 from t2t_jax.export import loading
-from t2t_jax.ids import EOS_ID
-from t2t_jax.inference import sentence_batches
+from t2t_jax.ids import EOS_ID, bucket_length
 from t2t_jax.inference import streaming
+from t2t_jax.inference import text as text_lib
 from t2t_jax.inference import visualize
 from t2t_jax.runtime import heap
 
@@ -72,9 +71,9 @@ class Settings:
   alignments: bool = False
 
 
-def _search(engine: "JaxEngine | CTranslate2Engine", settings: Settings) -> search_lib.Search:
+def _search(engine: "JaxEngine | CTranslate2Engine", settings: Settings) -> batch_decoder.Search:
   # The checks of the command line (n_best <= beam_size, ...), with their messages.
-  return search_lib.Search.from_config(engine.cfg, beam_size=settings.beam_size,
+  return batch_decoder.Search.from_config(engine.cfg, beam_size=settings.beam_size,
                                        n_best=settings.n_best, max_len_a=engine.max_len_a)
 
 
@@ -101,13 +100,13 @@ class JaxEngine:
   def __init__(self, translator: inference.Translator, batch_size: int, max_len_a: float = 1.0,
                rows: Optional[Sequence[int]] = None):
     """`max_len_a`: outputs have at most ceil(max_len_a x (source + EOS)) + max_decode_extra
-    tokens (`search_lib.output_limits`), as with t2t-translate's --max_len_a. `rows`: the row
+    tokens (`batch_decoder.output_limits`), as with t2t-translate's --max_len_a. `rows`: the row
     counts the warm-up compiles (default `ROWS` and batch_size)."""
     self.translator, self.cfg, self.tokenizer = translator, translator.cfg, translator.tokenizer
     self.batch_size, self.max_len_a = batch_size, max_len_a
     self.rows = sorted({min(r, batch_size) for r in (ROWS if rows is None else rows)}
                        | {batch_size})
-    self.positions = search_lib.max_positions(translator.members)
+    self.positions = batch_decoder.max_positions(translator.members)
     self._compiled: dict[Settings, set[tuple[int, int]]] = {}   # shapes whose programs are
     self._compiled_lock = threading.Lock()                      # all compiled, per settings
 
@@ -158,7 +157,7 @@ class JaxEngine:
     that many lines decodes), the largest first."""
     if max_pieces < 1:
       return []
-    widest = min(buckets.bucket_length(min(max_pieces, self.positions - 1) + 1), self.positions)
+    widest = min(bucket_length(min(max_pieces, self.positions - 1) + 1), self.positions)
     widths = [widest] + sorted((w for w in WIDTHS if w < widest), reverse=True)
     rows = [1] + sorted(set(self.rows) - {1}, reverse=True)
     return [(r, widest) for r in rows] + [(r, w) for r in sorted(rows, reverse=True)
@@ -249,9 +248,9 @@ class CTranslate2Engine:
 
   def translate(self, lines: Sequence[str], settings: Settings) -> list[streaming.Translation]:
     search = _search(self, settings)
-    limit = search_lib.max_positions(self.translator.members) - 1
-    encoded = [streaming.encode_line(self.tokenizer, line, limit, k + 1,
-                                     with_words=settings.alignments)
+    limit = batch_decoder.max_positions(self.translator.members) - 1
+    words = alignment.encode_words if settings.alignments else None
+    encoded = [text_lib.encode_line(self.tokenizer, line, limit, k + 1, words=words)
                for k, line in enumerate(lines)]
     hypotheses = [[streaming.Hypothesis("", 0.0, [] if settings.alignments else None)]
                   for _ in lines]
@@ -275,11 +274,11 @@ class CTranslate2Engine:
       if settings.alignments:
         hypotheses[k] = self._aligned(encoded[k], found)
       else:
-        hypotheses[k] = [streaming.Hypothesis(streaming.ids_to_text(self.tokenizer, ids), score)
+        hypotheses[k] = [streaming.Hypothesis(text_lib.ids_to_text(self.tokenizer, ids), score)
                          for ids, score in found]
     return [streaming.Translation(k, h) for k, h in enumerate(hypotheses)]
 
-  def _decode(self, sources: list[list[int]], limits: list[int], search: search_lib.Search
+  def _decode(self, sources: list[list[int]], limits: list[int], search: batch_decoder.Search
               ) -> list[list[tuple[list[int], float]]]:
     """Each source's hypotheses (ids, score) under its limit: one translate_batch per limit
     (`exported_search.batches`), all the sources at once when they share it."""
@@ -320,11 +319,11 @@ def attention(translator: inference.Translator, source: str, target: str, *, lay
   """One decoder layer's cross-attention [target pieces + EOS, source pieces + EOS] of our
   model for (source, target), the pieces' labels and words, and the word alignment."""
   cfg = translator.cfg
-  limit = search_lib.max_positions(translator.members) - 1
-  source_ids, source_words = streaming.encode_line(translator.tokenizer, source, limit, 1,
-                                                   with_words=True)
-  target_ids, target_words = streaming.encode_line(translator.tokenizer, target, limit, 1,
-                                                   with_words=True)
+  limit = batch_decoder.max_positions(translator.members) - 1
+  source_ids, source_words = text_lib.encode_line(translator.tokenizer, source, limit, 1,
+                                                  words=alignment.encode_words)
+  target_ids, target_words = text_lib.encode_line(translator.tokenizer, target, limit, 1,
+                                                  words=alignment.encode_words)
   if not source_ids or not target_ids:
     raise ValueError("source and target must both have words")
   inputs = sentence_batches.source_rows([source_ids], 1, cfg.max_len)

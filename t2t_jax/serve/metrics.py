@@ -13,7 +13,7 @@ from typing import Callable
 import prometheus_client as prom
 
 # Lines per batch: powers of two, as decoding batches are shaped
-# (inference/sentence_batches.py: source_rows).
+# (decoding/sentence_batches.py: source_rows).
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256)
 LATENCY_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 30, 60)
 

@@ -12,7 +12,7 @@ raises `preemption.Preempted`. Process 0 holds the work directory's run lock
 (runtime/lock.py) from set-up to `close()`.
 
 Outputs (process 0 only): `workdir/metrics.jsonl` and TensorBoard events under
-`workdir/tb` (train/metrics_writer.py; a resumed run drops the lines after its
+`workdir/tb` (train/metrics.py; a resumed run drops the lines after its
 checkpoint and appends), log lines, and a tqdm bar on a terminal.
 """
 
@@ -37,10 +37,9 @@ from t2t_jax.runtime import checkpoint
 from t2t_jax.runtime import lock
 from t2t_jax.runtime import multihost
 from t2t_jax.runtime import preemption
-from t2t_jax.train import flops as flops_lib
+from t2t_jax.train import metrics as metrics_lib
 from t2t_jax.train import memory
 from t2t_jax.train import step as step_lib
-from t2t_jax.train.metrics_writer import MetricsWriter
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +107,7 @@ class Trainer:
     self.is_main = jax.process_index() == 0
     self.num_devices = jax.device_count()
     self.device_kind = jax.devices()[0].device_kind
-    self.peak = flops_lib.peak_flops(self.device_kind, cfg.dtype, cfg.peak_tflops)
+    self.peak = metrics_lib.peak_flops(self.device_kind, cfg.dtype, cfg.peak_tflops)
     self.train_iter = self.ckpt = self.writer = self.lock = None
     try:
       self.lock = lock.lock_workdir(self.workdir)
@@ -155,7 +154,7 @@ class Trainer:
     self.state = self.devices.put_state(state)
 
     # --- Metrics ---
-    self.writer = MetricsWriter(self.workdir, self.start_step, enabled=self.is_main)
+    self.writer = metrics_lib.MetricsWriter(self.workdir, self.start_step, enabled=self.is_main)
 
   def close(self) -> None:
     """Waits for the asynchronous saves, stops the input thread, closes the metrics."""
@@ -247,7 +246,7 @@ class Trainer:
           "source_tokens_per_s": window.timed["source_tokens"] * scale / seconds,
           "padded_tokens_per_s": window.timed["padded_tokens"] * scale / seconds,
       })
-      utilisation = flops_lib.mfu(window.timed["flops"] * scale / window.timed_steps,
+      utilisation = metrics_lib.mfu(window.timed["flops"] * scale / window.timed_steps,
                                   record["step_time_s"], self.num_devices, self.peak)
       if utilisation is not None:
         record["mfu"] = utilisation
@@ -289,7 +288,7 @@ class Trainer:
           "target_tokens": float(np.count_nonzero(host_batch["targets"])),
           "source_tokens": float(np.count_nonzero(host_batch["inputs"])),
           "padded_tokens": float(host_batch["targets"].size),
-          "flops": flops_lib.batch_train_flops(
+          "flops": metrics_lib.batch_train_flops(
               cfg, host_batch["inputs"], host_batch["targets"],
               host_batch.get("inputs_segments"), host_batch.get("targets_segments"))})
       self.state, metrics = self.devices.train_step(

@@ -117,11 +117,11 @@ def test_training_and_decoding_run_without_tensorflow_or_optional_packages():
         modules += [f"t2t_jax.{{package}}.{{m.name}}" for m in pkgutil.iter_modules([path])]
       for name in modules:
         importlib.import_module(name)
-      from t2t_jax.train import metrics_writer
+      from t2t_jax.train import metrics as metrics_lib
       from t2t_jax.inference import bleu
       import tempfile
       workdir = tempfile.mkdtemp()
-      writer = metrics_writer.MetricsWriter(workdir)
+      writer = metrics_lib.MetricsWriter(workdir)
       writer.write({{"step": 1, "loss": 2.0}})
       with open(workdir + "/metrics.jsonl") as f:
         assert json.loads(f.read()) == {{"step": 1, "loss": 2.0}}
@@ -139,5 +139,5 @@ def test_training_and_decoding_run_without_tensorflow_or_optional_packages():
                           env=env, cwd=ROOT, timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]
   last = json.loads(result.stdout.strip().splitlines()[-1])
-  assert last["measured"] is True and last["loaded"] == [] and last["modules"] > 40
+  assert last["measured"] is True and last["loaded"] == [] and last["modules"] > 30
   assert "tensorboardX is not installed" in result.stderr

@@ -98,3 +98,13 @@ def test_version_log_level_quiet_and_did_you_mean(capsys):
   assert ("unrecognized arguments: --work-dir=x (did you mean --workdir?)"
           in _usage_error(capsys, ["--work-dir=x"]))
   assert "(did you mean" not in _usage_error(capsys, ["--zzz"])
+
+
+def test_lines_reach_stderr_once_each_however_the_libraries_set_up_logging(capsys):
+  logging.basicConfig()   # what absl's first log call does (orbax logs at import)
+  flags.setup_logging()
+  flags.setup_logging()    # a second command in the same process
+  logging.getLogger("t2t_jax.test").info("ran")
+  logging.getLogger("absl").info("saved step 5")   # the libraries' chatter: warnings only
+  err = capsys.readouterr().err
+  assert err.count("t2t_jax.test: ran") == 1 and "saved step 5" not in err

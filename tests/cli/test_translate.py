@@ -25,11 +25,9 @@ from t2t_jax.data import demo
 from t2t_jax.data import textio
 from t2t_jax.data import vocab
 from t2t_jax.decoding import batch_decoder
-from t2t_jax.ids import UNK_ID
-from t2t_jax.inference import bleu
 from t2t_jax.inference import long_inputs
-from t2t_jax.inference import sentence_batches
-from t2t_jax.inference import streaming
+from t2t_jax.decoding import sentence_batches
+from t2t_jax.inference import text as text_lib
 from t2t_jax.inference import translator as translator_lib
 
 import trained  # tests/trained.py (tests/ is on sys.path)
@@ -98,29 +96,6 @@ def test_missing_workdir_or_model_says_to_train_first(workdir, tmp_path):
     translate.main(["--workdir", str(empty)])
   with pytest.raises(SystemExit, match="alpha=-1.0"):
     translate.main(["--workdir", str(workdir), "--alpha", "-1"])
-
-
-def test_decode_and_score_writes_hypotheses_and_three_scores(translator, tmp_path):
-  # LINES again, so that the programs compiled above are reused.
-  sources, references = LINES, ["der Hund schläft", "", "gestern sah der alte Mann den Hund",
-                                "Steuerzeichen", "Text", "", "der alte Mann", "ein", "die Kinder"]
-  out = tmp_path / "test.hyp"
-  scores = bleu.decode_and_score(translator.cfg, translator.params, translator.tokenizer,
-                                     sources, references, out)
-  assert {"sacrebleu", "sacrebleu_intl", "paper"} <= set(scores)
-  hyps = textio.read_lines(out)
-  assert hyps == translator.translate(sources, warn=lambda _: None)
-  assert scores["sacrebleu"]["score"] == pytest.approx(
-      bleu.bleu_scores(hyps, references, "de")["sacrebleu"]["score"])
-  assert scores["decode"]["sentences"] == len(LINES)
-
-
-def test_ids_beyond_the_sentencepiece_model_read_as_unknown(translator):
-  tokenizer = translator.tokenizer
-  ids = tokenizer.encode("the dog")[:-1]
-  assert streaming.ids_to_text(tokenizer, ids) == "the dog"
-  text = streaming.ids_to_text(tokenizer, ids + [tokenizer.vocab_size, tokenizer.vocab_size + 7])
-  assert text == tokenizer.decode(ids + [UNK_ID, UNK_ID])
 
 
 SHORT = ["the dog sleeps", "", "a house", "the old man saw the small dog", "the cat"]
@@ -240,8 +215,8 @@ def test_a_pipe_is_answered_line_by_line(trained_workdir, tmp_path):
 
 def test_long_lines_are_split_cropped_or_refused(workdir, translator, tmp_path):
   tokenizer, limit = translator.tokenizer, translator.cfg.max_len - 1
-  assert streaming.source_pieces(tokenizer, LONG) > limit
-  spans = long_inputs.split_spans(LONG, lambda t: streaming.source_pieces(tokenizer, t) <= limit)
+  assert text_lib.source_pieces(tokenizer, LONG) > limit
+  spans = long_inputs.split_spans(LONG, lambda t: text_lib.source_pieces(tokenizer, t) <= limit)
   parts = [LONG[a:b] for a, b in spans]
   assert len(parts) > 1 and " ".join(parts) == LONG
   split = _run(workdir, tmp_path, lines=["the dog", LONG])

@@ -1,6 +1,5 @@
-"""The compiled programs on a tiny model: chunks and shared cross-attention change nothing, an
-ensemble of copies is the model, samples are seeded per sentence, a run field compiles no
-decoding program again, and the warm-up leaves nothing to compile."""
+"""decoding/batch_decoder.py: the search settings and output limits, ensembles (probabilities
+averaged), and the compiled programs that decode one batch."""
 
 import dataclasses
 import functools
@@ -13,23 +12,30 @@ from jax import monitoring
 
 import tiny
 from formats import check_well_formed
+from t2t_jax import configs
 from t2t_jax.data import shortlist as shortlist_lib
 from t2t_jax.decoding import alignment
-from t2t_jax.decoding import beam_search
-from t2t_jax.decoding import ensemble
 from t2t_jax.decoding import batch_decoder
-from t2t_jax.decoding import search as search_lib
+from t2t_jax.decoding import beam_search
+from t2t_jax.decoding import sampling
 from t2t_jax.ids import EOS_ID, FILLER, PAD_ID
 from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.model import transformer
 from t2t_jax.runtime import stored_programs
 
+
 TINY = tiny.TINY
+
+
+def _decode(members, inputs, search, **settings):
+  """Beam search's or sampling's decode_batch, as the search asks."""
+  decode = sampling.decode_batch if search.sample else batch_decoder.decode_batch
+  return decode(members, inputs, search, **settings)
 
 
 @pytest.fixture(scope="module")
 def member():
-  return ensemble.Member(TINY.model, tiny.params(peaked=True))
+  return batch_decoder.Member(TINY.model, tiny.params(peaked=True))
 
 
 def _inputs(seed, lengths):
@@ -39,40 +45,38 @@ def _inputs(seed, lengths):
 def test_two_identical_members_search_like_one(member):
   # One member's step function is the model's own; two average their probabilities.
   inputs = _inputs(0, [7, 3, 0, 5])
-  search = search_lib.Search.from_config(TINY, n_best=2)
-  tokens, scores = batch_decoder.decode_batch([member], inputs, search)
+  search = batch_decoder.Search.from_config(TINY, n_best=2)
+  tokens, scores = _decode([member], inputs, search)
   assert tokens.shape[:2] == scores.shape == (4, 2)
   assert (tokens[:, 0] != 0).sum(1).max() > 2  # the model says more than EOS
-  pair_tokens, pair_scores = batch_decoder.decode_batch([member, member], inputs, search)
+  pair_tokens, pair_scores = _decode([member, member], inputs, search)
   np.testing.assert_array_equal(pair_tokens, tokens)
   np.testing.assert_allclose(pair_scores, scores, rtol=1e-5)
-  with pytest.raises(ValueError, match="cached=False"):
-    batch_decoder.decode_batch([member, member], inputs, search, cached=False)
 
 
 def test_samples_are_sorted_reproducible_and_independent_of_the_batch(member):
   inputs = _inputs(1, [6, 2, 5, 4])
-  search = search_lib.Search.from_config(TINY, sample=True, n_best=3, seed=5)
-  tokens, scores = batch_decoder.decode_batch([member], inputs, search, ids=[10, 11, 12, 13])
+  search = batch_decoder.Search.from_config(TINY, sample=True, n_best=3, seed=5)
+  tokens, scores = _decode([member], inputs, search, ids=[10, 11, 12, 13])
   assert tokens.shape[:2] == scores.shape == (4, 3)
   assert np.all(np.diff(scores, axis=1) <= 0)
   assert len({tuple(t) for t in tokens.reshape(12, -1)}) > 4  # samples, not copies
   order = [2, 0, 3, 1]
-  moved, moved_scores = batch_decoder.decode_batch([member], inputs[order], search,
+  moved, moved_scores = _decode([member], inputs[order], search,
                                               ids=[12, 10, 13, 11])
   np.testing.assert_array_equal(moved, tokens[order])
   np.testing.assert_allclose(moved_scores, scores[order], rtol=1e-6)
-  other, _ = batch_decoder.decode_batch([member], inputs, dataclasses.replace(search, seed=6),
+  other, _ = _decode([member], inputs, dataclasses.replace(search, seed=6),
                                    ids=[10, 11, 12, 13])
   assert not np.array_equal(other, tokens)
 
 
 def test_top_1_samples_are_the_greedy_output(member):
   inputs = _inputs(2, [5, 3])
-  greedy, _ = batch_decoder.decode_batch([member], inputs,
-                                    search_lib.Search.from_config(TINY, beam_size=1, alpha=0.0))
-  samples, _ = batch_decoder.decode_batch(
-      [member], inputs, search_lib.Search.from_config(TINY, sample=True, top_k=1, n_best=2))
+  greedy, _ = _decode([member], inputs,
+                                    batch_decoder.Search.from_config(TINY, beam_size=1, alpha=0.0))
+  samples, _ = _decode(
+      [member], inputs, batch_decoder.Search.from_config(TINY, sample=True, top_k=1, n_best=2))
   np.testing.assert_array_equal(samples, np.repeat(greedy, 2, axis=1))
 
 
@@ -98,8 +102,8 @@ def test_shared_and_chunked_searches_equal_the_tiled_reference(monkeypatch):
     np.testing.assert_allclose(scores, ref_scores, rtol=1e-5)
   # decode_batch runs the chunks as programs of their own: the same again.
   monkeypatch.setattr(batch_decoder, "chunk_lengths", lambda max_len: [2, 4, 8, max_len])
-  tokens, scores = batch_decoder.decode_batch([ensemble.Member(TINY.model, params)], inputs,
-                                         search_lib.Search.from_config(TINY, n_best=3))
+  tokens, scores = _decode([batch_decoder.Member(TINY.model, params)], inputs,
+                                         batch_decoder.Search.from_config(TINY, n_best=3))
   np.testing.assert_array_equal(tokens, ref_tokens)
   np.testing.assert_allclose(scores, ref_scores, rtol=1e-5)
 
@@ -110,15 +114,15 @@ def test_a_run_field_compiles_no_decoding_program_again(member, monkeypatch):
   monkeypatch.setattr(batch_decoder, "chunk_lengths", lambda max_len: [2, 4, max_len])
   # pylint: disable=protected-access
   compiled_programs = {"_start": batch_decoder._start, "_run": batch_decoder._run,
-                       "_sample": batch_decoder._sample,
+                       "_sample": sampling._sample_batch,
                        "_cross_attention": alignment._cross_attention}
   inputs = _inputs(4, [5, 2])
 
   def decode_all(cfg):
-    one = ensemble.Member(cfg.model, member.params)
-    batch_decoder.decode_batch([one], inputs, search_lib.Search.from_config(cfg))
-    batch_decoder.decode_batch([one], inputs,
-                               search_lib.Search.from_config(cfg, sample=True, n_best=2))
+    one = batch_decoder.Member(cfg.model, member.params)
+    _decode([one], inputs, batch_decoder.Search.from_config(cfg))
+    _decode([one], inputs,
+                               batch_decoder.Search.from_config(cfg, sample=True, n_best=2))
     alignment.cross_attention(cfg.model, member.params, inputs, inputs)
     return {name: program._cache_size() for name, program in compiled_programs.items()}
 
@@ -134,10 +138,10 @@ def test_compile_beam_programs_leaves_nothing_to_compile_for_a_batch_of_its_shap
   jax.clear_caches()   # programs earlier tests compiled would hide one it misses
   beam_programs = (batch_decoder._start, batch_decoder._run)  # pylint: disable=protected-access
   inputs = _inputs(4, [5, 2])
-  search = search_lib.Search.from_config(TINY)
+  search = batch_decoder.Search.from_config(TINY)
   assert batch_decoder.compile_beam_programs([member], *inputs.shape, search) == 3
   compiled = [program._cache_size() for program in beam_programs]
-  tokens, _ = batch_decoder.decode_batch([member], inputs, search)
+  tokens, _ = _decode([member], inputs, search)
   assert (tokens[:, 0] != 0).sum(1).max() > 4       # the search ran past the chunks at 2 and 4
   assert [program._cache_size() for program in beam_programs] == compiled
 
@@ -148,12 +152,12 @@ def test_stored_programs_decode_as_compiled_ones_and_are_loaded_not_compiled(mem
   # _run runs too
   monkeypatch.setattr(batch_decoder, "chunk_lengths", lambda max_len: [2, 4, max_len])
   inputs = _inputs(4, [5, 2, 7])
-  beam = search_lib.Search.from_config(TINY, n_best=2)
-  sample = search_lib.Search.from_config(TINY, sample=True, n_best=2, seed=3)
-  expected = [batch_decoder.decode_batch([member], inputs, s) for s in (beam, sample)]
+  beam = batch_decoder.Search.from_config(TINY, n_best=2)
+  sample = batch_decoder.Search.from_config(TINY, sample=True, n_best=2, seed=3)
+  expected = [_decode([member], inputs, s) for s in (beam, sample)]
   first = stored_programs.Store(tmp_path)
   for search, (tokens, scores) in zip((beam, sample), expected):
-    got = batch_decoder.decode_batch([member], inputs, search, store=first)
+    got = _decode([member], inputs, search, store=first)
     np.testing.assert_array_equal(got[0], tokens)
     np.testing.assert_allclose(got[1], scores, rtol=1e-6)
   assert first.compiled == 4 and first.loaded == 0     # _start, _run twice, _sample
@@ -164,11 +168,11 @@ def test_stored_programs_decode_as_compiled_ones_and_are_loaded_not_compiled(mem
   jax.clear_caches()
   second = stored_programs.Store(tmp_path)               # as a new process would
   for search, (tokens, scores) in zip((beam, sample), expected):
-    got = batch_decoder.decode_batch([member], inputs, search, store=second)
+    got = _decode([member], inputs, search, store=second)
     np.testing.assert_array_equal(got[0], tokens)
     np.testing.assert_allclose(got[1], scores, rtol=1e-6)
   assert (second.compiled, second.loaded) == (0, 4)
-  assert traced and not {"_start", "_run", "_sample"} & set(traced), traced
+  assert traced and not {"_start", "_run", "_sample_batch"} & set(traced), traced
 
 
 # ------------------------------------------------------------------ shortlists
@@ -182,7 +186,7 @@ def _beam(step_fn, cache, max_len, max_lens=None):
 
 def _masked_step(member, listed):
   """The whole vocabulary's step with every id outside `listed` masked: the reference."""
-  full = ensemble.step_function([member])
+  full = batch_decoder.step_function([member])
   keep = jnp.asarray(np.isin(np.arange(TINY.vocab_size), listed))
 
   def step(cache, tokens, position):
@@ -193,8 +197,8 @@ def _masked_step(member, listed):
 
 def test_a_shortlist_of_every_id_searches_as_the_whole_vocabulary(member):
   inputs = _inputs(4, [7, 3, 5, 6])
-  cache, full = ensemble.init_decoder([member], inputs, 12)
-  everything = ensemble.step_function([member], jnp.arange(TINY.vocab_size, dtype=jnp.int32))
+  cache, full = batch_decoder.init_decoder([member], inputs, 12)
+  everything = batch_decoder.step_function([member], jnp.arange(TINY.vocab_size, dtype=jnp.int32))
   want, got = _beam(full, cache, 12), _beam(everything, cache, 12)
   np.testing.assert_array_equal(got[0], want[0])
   np.testing.assert_array_equal(got[1], want[1])
@@ -202,14 +206,14 @@ def test_a_shortlist_of_every_id_searches_as_the_whole_vocabulary(member):
 
 def test_a_shortlist_searches_as_the_whole_vocabulary_with_the_others_masked(member):
   inputs = _inputs(5, [7, 3, 5, 6])
-  cache, _ = ensemble.init_decoder([member], inputs, 12)
+  cache, _ = batch_decoder.init_decoder([member], inputs, 12)
   rng = np.random.default_rng(0)
   for listed in (np.arange(1, TINY.vocab_size),                     # all but padding
                  np.sort(rng.choice(np.arange(3, TINY.vocab_size), 9, replace=False))):
     listed = np.union1d(listed, shortlist_lib.ALWAYS).astype(np.int32)
     ids = np.concatenate([listed, np.full(4, FILLER, np.int32)])    # filler rows too
     want = _beam(_masked_step(member, listed), cache, 12)
-    got = _beam(ensemble.step_function([member], jnp.asarray(ids)), cache, 12)
+    got = _beam(batch_decoder.step_function([member], jnp.asarray(ids)), cache, 12)
     np.testing.assert_array_equal(got[0], want[0])
     np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
     assert set(np.unique(got[0])) <= {PAD_ID, *listed}
@@ -226,23 +230,122 @@ def _table(per_source, frequent=()):
 
 def test_decode_batch_picks_among_the_batch_candidates_only(member):
   inputs = _inputs(6, [7, 3, 5, 6])
-  search = search_lib.Search.from_config(TINY, n_best=2)
+  search = batch_decoder.Search.from_config(TINY, n_best=2)
   sources = sorted(set(np.unique(inputs)) - {PAD_ID, EOS_ID})
   table = _table({s: [(s * 7) % 21 + 3] for s in sources}, frequent=[5, 9])
   listed = table.candidates(inputs)
   assert EOS_ID in listed and PAD_ID not in listed
   assert len(table.batch_ids(inputs)) > len(listed)                # padded with filler
-  tokens, scores = batch_decoder.decode_batch([member], inputs, search, shortlist=table)
+  tokens, scores = _decode([member], inputs, search, shortlist=table)
   assert set(np.unique(tokens)) <= {PAD_ID, *listed}
-  _, max_len, max_lens = search_lib.checked_limits(inputs, search, TINY.max_len)
-  cache, _ = ensemble.init_decoder([member], inputs, max_len)
+  _, max_len, max_lens = batch_decoder.checked_limits(inputs, search, TINY.max_len)
+  cache, _ = batch_decoder.init_decoder([member], inputs, max_len)
   want = _beam(_masked_step(member, listed), cache, max_len, max_lens)
   np.testing.assert_array_equal(tokens, want[0])
   np.testing.assert_allclose(scores, want[1], rtol=1e-5)
   # Sampling and ensembles read the shortlist's logits row-major.
   for members, settings in (([member], dict(sample=True, n_best=2)), ([member, member], {})):
-    tokens, _ = batch_decoder.decode_batch(members, inputs, search_lib.Search.from_config(
+    tokens, _ = _decode(members, inputs, batch_decoder.Search.from_config(
         TINY, **settings), shortlist=table)
     assert set(np.unique(tokens)) <= {PAD_ID, *listed}
-  with pytest.raises(ValueError, match="shortlist"):
-    batch_decoder.decode_batch([member], inputs, search, cached=False, shortlist=table)
+
+
+def test_bad_settings_raise_with_what_to_do():
+  with pytest.raises(ValueError, match="n_best=5 must be <= beam_size=4"):
+    batch_decoder.Search(n_best=5)
+  batch_decoder.Search(n_best=5, sample=True)  # samples are not limited by the beam
+  with pytest.raises(ValueError, match="temperature=0"):
+    batch_decoder.Search(sample=True, temperature=0)
+  with pytest.raises(ValueError, match="n_best=0"):
+    batch_decoder.Search(n_best=0)
+
+
+def test_output_limits_are_a_times_the_source_plus_b():
+  inputs = np.array([[5, 6, 1, 0, 0], [1, 0, 0, 0, 0], [0, 0, 0, 0, 0], [4, 4, 4, 4, 1]])
+  lengths = np.array([3, 1, 0, 5])
+  max_len, limits = batch_decoder.output_limits(inputs, 50, 1.0, 512)
+  assert max_len == 55 and list(limits) == [53, 51, 1, 55]       # ours: length + extra
+  max_len, limits = batch_decoder.output_limits(inputs, 2, 1.5, 512)      # fairseq's a * n + b
+  assert max_len == 10 and list(limits) == list(np.where(lengths, np.ceil(1.5 * lengths) + 2, 1))
+  max_len, limits = batch_decoder.output_limits(inputs, 200, 0.0, 64)     # capped by the model
+  assert max_len == 64 and list(limits) == [64, 64, 1, 64]
+
+
+def test_a_batch_longer_than_the_model_or_not_2d_is_refused():
+  with pytest.raises(ValueError, match="truncate the sources first"):
+    batch_decoder.checked_limits(np.ones((2, 40), np.int32), batch_decoder.Search(), positions=32)
+  with pytest.raises(ValueError, match=r"\[batch, length\]"):
+    batch_decoder.checked_limits(np.ones((8,), np.int32), batch_decoder.Search(), positions=32)
+
+
+SMALL = configs.get_config("demo", vocab_size=24, num_layers=2, d_model=32, d_ff=64, num_heads=4,
+                           max_len=32)
+# Another shape, the same vocabulary: members need not match otherwise.
+OTHER = SMALL.replace(num_layers=1, d_model=16, d_ff=32, num_heads=2)
+
+
+@pytest.fixture(scope="module")
+def members():
+  return [batch_decoder.Member(SMALL.model, transformer.init_params(SMALL.model, jax.random.key(0))),
+          batch_decoder.Member(OTHER.model, transformer.init_params(OTHER.model, jax.random.key(1)))]
+
+
+def _ensemble_inputs():
+  rng = np.random.default_rng(0)
+  inputs = np.zeros((3, 8), np.int32)
+  for row, n in enumerate((6, 2, 4)):
+    inputs[row, :n + 1] = [*rng.integers(3, 24, n), EOS_ID]
+  return jnp.asarray(inputs)
+
+
+def _log_probs(members, inputs, prefix):
+  """Log-probabilities [steps, rows, vocab] of the ensemble after each token of `prefix`.
+
+  Not jitted: a few eager steps of tiny models cost less than compiling them.
+  """
+  cache, step_fn = batch_decoder.init_decoder(members, inputs, 8)
+  out = []
+  previous = jnp.zeros(inputs.shape[0], jnp.int32)
+  for position in range(prefix.shape[1]):
+    logits, cache = step_fn(cache, previous, jnp.int32(position))
+    out.append(jax.nn.log_softmax(logits_lib.row_major(logits)))
+    previous = prefix[:, position]
+  return np.asarray(jnp.stack(out), np.float64)
+
+
+def test_ensembles_average_the_models_probabilities(members):
+  inputs = _ensemble_inputs()
+  prefix = jnp.asarray(np.random.default_rng(1).integers(2, 24, (3, 2)), jnp.int32)
+  first, second = (_log_probs([m], inputs, prefix) for m in members)
+  both = _log_probs(members, inputs, prefix)
+  np.testing.assert_allclose(np.exp(both), (np.exp(first) + np.exp(second)) / 2, atol=1e-6)
+  np.testing.assert_allclose(np.exp(both).sum(-1), 1.0, atol=1e-5)
+  twice = _log_probs([members[0], members[0]], inputs, prefix)
+  np.testing.assert_allclose(twice, first, atol=1e-5)
+
+
+def test_one_model_is_the_model_and_two_identical_models_search_like_one(members):
+  inputs = _ensemble_inputs()
+  cache, step_fn = batch_decoder.init_decoder(members[:1], inputs, 10)
+  assert isinstance(step_fn, functools.partial) and step_fn.func is transformer.decode_step
+  search = functools.partial(beam_search.beam_search, beam_size=3, alpha=0.6, max_len=10, n_best=2)
+  one_tokens, one_scores = search(step_fn, cache)
+  pair_cache, pair_step = batch_decoder.init_decoder(members[:1] * 2, inputs, 10)
+  pair_tokens, pair_scores = search(pair_step, pair_cache)
+  np.testing.assert_array_equal(pair_tokens, one_tokens)
+  np.testing.assert_allclose(pair_scores, one_scores, rtol=1e-5)
+
+
+def test_members_must_share_the_vocabulary(members):
+  bigger = SMALL.replace(vocab_size=32)
+  odd = batch_decoder.Member(bigger.model, members[0].params)  # checked before any parameter is read
+  with pytest.raises(ValueError, match=r"vocab_size \[24, 32\]"):
+    batch_decoder.init_decoder([members[0], odd], _ensemble_inputs(), 8)
+
+  def step(width):
+    return lambda cache, tokens, position: (jnp.zeros((tokens.shape[0], width)), cache)
+
+  with pytest.raises(ValueError, match="different vocabulary sizes"):
+    batch_decoder.ensemble_step([step(4), step(5)])(((), ()), jnp.zeros(2, jnp.int32), 0)
+  with pytest.raises(ValueError, match="at least one model"):
+    batch_decoder.ensemble_step([])

@@ -4,7 +4,7 @@ import pytest
 
 from export import agreement
 import trained
-from t2t_jax.inference import sentence_batches
+from t2t_jax.decoding import sentence_batches
 from t2t_jax.inference import translator
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import workdir as workdir_lib

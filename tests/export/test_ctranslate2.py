@@ -18,13 +18,11 @@ from t2t_jax.data import demo
 from t2t_jax.data import shortlist
 from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import beam_search
-from t2t_jax.decoding import ensemble
-from t2t_jax.decoding import search as search_lib
 from t2t_jax.export import ctranslate2 as ctranslate2_lib
 from t2t_jax.export import exported_search
 from t2t_jax.export import loading
 from t2t_jax.ids import strip_eos
-from t2t_jax.inference import sentence_batches
+from t2t_jax.decoding import sentence_batches
 from t2t_jax.model import transformer
 
 
@@ -115,8 +113,8 @@ def test_the_shortlist_is_ctranslate2s_vocabulary_map(extras, ours, trained_work
   shortlist.save(table, tmp_path / "run" / shortlist.FILE)
   inputs = agreement.padded(ids)
   listed = set(table.candidates(inputs))
-  search = search_lib.Search(beam_size=4, alpha=0.0)
-  member = ensemble.Member(cfg.model, params)
+  search = batch_decoder.Search(beam_size=4, alpha=0.0)
+  member = batch_decoder.Member(cfg.model, params)
   full, _ = batch_decoder.decode_batch([member], inputs, search)
   assert any(set(row[0]) - listed - {0} for row in full)     # the shortlist changes something
   mine, _ = batch_decoder.decode_batch([member], inputs, search, shortlist=table)
@@ -128,7 +126,7 @@ def test_the_shortlist_is_ctranslate2s_vocabulary_map(extras, ours, trained_work
   assert (out / ctranslate2_lib.VMAP).is_file()
   translator = extras["ctranslate2"].Translator(str(out), device="cpu", intra_threads=1)
   tokens = loading.vocabulary(spm_path, cfg.vocab_size)
-  limit = search_lib.checked_limits(inputs, search, cfg.max_len)[1]
+  limit = batch_decoder.checked_limits(inputs, search, cfg.max_len)[1]
   theirs, _ = exported_search.ctranslate2_translate(   # one batch: one union, as ours
       translator, tokens, ids, [limit] * len(ids), beam_size=4, batch_size=len(ids),
       use_vmap=True)

@@ -11,11 +11,10 @@ import formats
 from t2t_jax import configs
 from t2t_jax.data import demo
 from t2t_jax.data import vocab
-from t2t_jax.decoding import ensemble
-from t2t_jax.decoding import search as search_lib
 from t2t_jax.ids import EOS_ID
 from t2t_jax.inference import streaming
 from t2t_jax.model import transformer
+from t2t_jax.decoding import batch_decoder
 
 CFG = configs.get_config("demo", vocab_size=96, num_layers=1, d_model=16, d_ff=32, num_heads=2,
                          max_len=24, max_decode_extra=3, beam_size=2)
@@ -34,7 +33,7 @@ def members():
   embedding = 10.0 * np.asarray(params["embedding"]["embedding"])
   embedding[EOS_ID] = 0.0
   params["embedding"]["embedding"] = embedding
-  return [ensemble.Member(CFG.model, params)]
+  return [batch_decoder.Member(CFG.model, params)]
 
 
 def _distinct_lines(tokenizer, count):
@@ -52,7 +51,7 @@ def _distinct_lines(tokenizer, count):
 
 def test_thousands_of_lines_stream_in_order_in_bounded_memory(members, tokenizer):
   distinct = _distinct_lines(tokenizer, 40) + [""]
-  search = search_lib.Search.from_config(CFG)
+  search = batch_decoder.Search.from_config(CFG)
   reference = {line: t.text for line, t in zip(distinct, streaming.stream(
       members, tokenizer, distinct, search=search, batch_size=64))}
   assert reference[""] == ""
@@ -83,7 +82,7 @@ def test_blank_and_long_lines(members, tokenizer):
   long_line = " ".join(["the old man saw the small dog"] * 6)
   out = list(streaming.stream(
       members, tokenizer, ["", "  ", "the dog", long_line], warn=warnings.append,
-      search=search_lib.Search.from_config(CFG), batch_size=4,
+      search=batch_decoder.Search.from_config(CFG), batch_size=4,
       alignments=streaming.Alignments()))
   assert [t.text for t in out[:2]] == ["", ""]
   assert out[0].hypotheses == [streaming.Hypothesis("", 0.0, [])]
@@ -93,7 +92,7 @@ def test_blank_and_long_lines(members, tokenizer):
 
 def test_nbest_and_alignment_formats(members, tokenizer):
   lines = ["the dog sleeps", "", "yesterday the old man saw the small dog", "a house"]
-  search = search_lib.Search.from_config(CFG, beam_size=3, n_best=3)
+  search = batch_decoder.Search.from_config(CFG, beam_size=3, n_best=3)
   out = list(streaming.stream(members, tokenizer, lines, search=search, batch_size=2,
                                         alignments=streaming.Alignments(layer=0)))
   one_best = list(streaming.stream(members, tokenizer, lines, search=search,

@@ -1,5 +1,7 @@
 """runtime/checkpoint.py: round trips, intervals, corrupt checkpoints (averaging: test_averaging.py)."""
 
+import errno
+import json
 import os
 import pathlib
 import shutil
@@ -354,3 +356,51 @@ def test_a_read_that_fails_once_is_retried_and_restores_the_newest(tmp_path, mon
   assert_trees_equal(state, jax.device_get(make_state(4)))
   assert fault.reads == 1
   assert sorted(p.name for p in (tmp_path / "checkpoints").iterdir()) == ["2", "4"]
+
+
+# --- what a failed read means: only evidence about the files counts as damage
+
+
+@pytest.mark.parametrize("error, kind", [
+    (FileNotFoundError(errno.ENOENT, "No such file"), checkpoint.DAMAGED),
+    (json.JSONDecodeError("Expecting value", "{", 1), checkpoint.DAMAGED),
+    (UnicodeDecodeError("utf-8", b"\xae", 0, 1, "invalid start byte"), checkpoint.DAMAGED),
+    (KeyError('Item "meta" was not found in the checkpoint. Available items: [\'state\']'),
+     checkpoint.DAMAGED),
+    (ValueError('DATA_LOSS: Error reading local file "/c/6/state/d/1": Error decoding b-tree'),
+     checkpoint.DAMAGED),
+    (ValueError('OUT_OF_RANGE: Error reading local file "/c/6/state/d/1": Requested byte'),
+     checkpoint.DAMAGED),
+    (ValueError("NOT_FOUND: Error reading local file \"/c/d/1\" [os_error_code='2']"),
+     checkpoint.DAMAGED),
+    (PermissionError(errno.EACCES, "Permission denied"), checkpoint.UNREADABLE),
+    (OSError(errno.ENOSPC, "No space left on device"), checkpoint.UNREADABLE),
+    (ValueError('PERMISSION_DENIED: Error opening local file "/c/6/state/d/1"'),
+     checkpoint.UNREADABLE),
+    (ValueError("RESOURCE_EXHAUSTED: Failed writing [os_error_code='28']"),
+     checkpoint.UNREADABLE),
+    (MemoryError(), checkpoint.UNREADABLE),
+    (ValueError("User-provided restore item and on-disk value metadata tree structures do "
+                "not match"), checkpoint.INCOMPATIBLE),
+    (KeyError("params"), checkpoint.INCOMPATIBLE),
+])
+def test_only_evidence_about_the_files_counts_as_damage(error, kind):
+  assert checkpoint.classify(error) == kind
+  wrapped = RuntimeError("orbax wrapped it")
+  wrapped.__cause__ = error
+  assert checkpoint.classify(wrapped) == kind
+
+
+def test_the_cause_is_one_line_with_the_file_and_without_tensorstore_s_spec():
+  error = ValueError(
+      'PERMISSION_DENIED: Error opening "zarr" driver: Error reading local file "/c/6/state/": '
+      + "x" * 300 + ' of local file "/c/6/state/d/ab": Failed to open: "/c/6/state/d/ab": '
+      "Permission denied [tensorstore_spec='{\"driver\":\"zarr\"}'] [os_error_code='13']\n"
+      "second line")
+  assert checkpoint.culprit(error, "/c/6") == "/c/6/state/d/ab"
+  cause = checkpoint.describe(error)
+  assert cause.startswith("ValueError: PERMISSION_DENIED: Error opening") and "\n" not in cause
+  assert cause.endswith("Permission denied [os_error_code='13']") and "spec" not in cause
+  assert checkpoint.culprit(OSError(errno.EIO, "Input/output error", "/c/6/x"), "/c/6") == \
+      "/c/6/x"
+  assert checkpoint.culprit(MemoryError(), "/c/6") == "/c/6"

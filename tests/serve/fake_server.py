@@ -5,7 +5,7 @@ import pathlib
 import sys
 import time
 
-from t2t_jax.cli import logs
+from t2t_jax.cli import flags
 from t2t_jax.serve import app as app_lib
 
 from fake_engine import FakeEngine
@@ -27,7 +27,7 @@ class FileGate:
 
 
 if __name__ == "__main__":
-  logs.setup_logging()
+  flags.setup_logging()
   engine = FakeEngine()
   engine.gate = FileGate(pathlib.Path(sys.argv[1]))
   options = app_lib.Options(max_wait=0.0, workers=1, body_timeout=BODY_TIMEOUT)

@@ -10,10 +10,10 @@ import jax
 import numpy as np
 
 from t2t_jax import inference
-from t2t_jax.decoding import search as search_lib
 from t2t_jax.ids import EOS_ID
 from t2t_jax.serve import app as app_lib
 from t2t_jax.serve import engines
+from t2t_jax.decoding import batch_decoder
 
 import extras as extras_lib
 from processes import LINES
@@ -124,8 +124,8 @@ def _recorded(engine: engines.CTranslate2Engine) -> list[tuple[int, dict]]:
 
 
 def _limits(translator: inference.Translator, lines: list[str], max_len_a: float) -> list[int]:
-  search = search_lib.Search.from_config(translator.cfg, max_len_a=max_len_a)
-  return [search_lib.output_limits(np.ones((1, len(translator.tokenizer.encode(line))), np.int32),
+  search = batch_decoder.Search.from_config(translator.cfg, max_len_a=max_len_a)
+  return [batch_decoder.output_limits(np.ones((1, len(translator.tokenizer.encode(line))), np.int32),
                               search.max_decode_extra, max_len_a, translator.cfg.max_len)[1][0]
           for line in lines]
 
@@ -139,7 +139,7 @@ def test_the_ctranslate2_engine_decodes_a_batch_in_one_call_under_its_longest_li
   calls = _recorded(engine)
   lines = LINES[:3] + ["They wait. We sleep. She is rich. He plays."]   # limits of 2 lengths
   engine.translate(lines, engines.Settings(beam_size=4))
-  search = search_lib.Search.from_config(translator.cfg, max_len_a=1.5)
+  search = batch_decoder.Search.from_config(translator.cfg, max_len_a=1.5)
   # The outputs end well before their limits (input + 50): nothing is decoded again.
   assert [(n, options["max_decoding_length"]) for n, options in calls] == [
       (len(lines), max(_limits(translator, lines, 1.5)))]

@@ -25,7 +25,7 @@ from t2t_jax import configs
 from t2t_jax.data import dataset
 from t2t_jax.data import demo
 from t2t_jax.runtime import checkpoint
-from t2t_jax.train import metrics_writer
+from t2t_jax.train import metrics as metrics_lib
 from t2t_jax.train import memory
 from t2t_jax.train import trainer as trainer_lib
 
@@ -76,7 +76,7 @@ def _workdir(tmp_path, corpus, name):
 
 
 def _metrics(workdir):
-  return [json.loads(line) for line in (workdir / metrics_writer.METRICS_FILE).read_text().splitlines()]
+  return [json.loads(line) for line in (workdir / metrics_lib.METRICS_FILE).read_text().splitlines()]
 
 
 def _start(workdir, devices, plan):
@@ -134,7 +134,7 @@ def test_eight_devices_log_the_same_losses_as_one_and_the_loss_falls(tmp_path, c
   # TensorBoard events where tensorboardX (the wmt extra) is installed, none where it is not
   # (a GPU image): metrics.jsonl, read above, has every record either way.
   tensorboard = importlib.util.find_spec("tensorboardX") is not None
-  assert (runs[8] / metrics_writer.TENSORBOARD_DIR).is_dir() == tensorboard
+  assert (runs[8] / metrics_lib.TENSORBOARD_DIR).is_dir() == tensorboard
 
 
 def test_divergence_stops_naming_the_step_and_saves_no_bad_state(tmp_path, corpus):
