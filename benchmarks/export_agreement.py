@@ -47,7 +47,6 @@ from t2t_jax.export import loading  # noqa: E402
 from t2t_jax.ids import EOS_ID, PAD_ID  # noqa: E402
 from t2t_jax.decoding import sentence_batches  # noqa: E402
 from t2t_jax.inference import translator as translator_lib
-from t2t_jax.model import encoder_decoder
 from t2t_jax.model import transformer
 
 
@@ -80,7 +79,7 @@ def _logit_differences(cfg, params, sources, outputs) -> dict[str, float]:
             "without the rescaling": largest(plain)}
   for module in plain.modules():
     if isinstance(module, torch.nn.LayerNorm):
-      module.eps = encoder_decoder.LAYER_NORM_EPSILON
+      module.eps = cfg.layer_norm_epsilon
   result["control: transformers with epsilon 1e-6"] = largest(plain)
   result["largest |logit|"] = float(np.abs(ours[real]).max())
   return result

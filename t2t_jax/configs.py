@@ -23,6 +23,10 @@ import typing
 from typing import Any, Optional
 
 
+# tensor2tensor's layer-norm epsilon, the default of `layer_norm_epsilon`.
+LAYER_NORM_EPSILON = 1e-6
+
+
 def _field(default: Any, meaning: str) -> Any:
   """A config field with its one-line meaning, which `--help` shows (`meaning(name)`)."""
   return dataclasses.field(default=default, metadata={"meaning": meaning})
@@ -68,6 +72,17 @@ class TransformerConfig:
   # Decoding only (model/quantized.py converts float32 params at load; training refuses it).
   quantization: Optional[str] = _field(
       None, "decoding only: int8 (int8 Dense and output products), or None (the compute dtype)")
+  # Where published models of this architecture depart from the paper (OPUS-MT's Marian
+  # models, imported by export/import_marian.py; docs/model.md). Each default is the paper's.
+  activation: str = _field(
+      "relu", "the feed-forward activation: relu (the paper's), swish (x sigmoid x), gelu (erf)")
+  attention_bias: bool = _field(
+      False, "biases on the attention projections W^Q, W^K, W^V, W^O (the paper has none)")
+  output_bias: bool = _field(False, "a bias on the pre-softmax logits, one per vocabulary id")
+  position_layout: str = _field(
+      "interleaved", "sinusoids interleaved (section 3.5's formula) or halves (sines, then cosines)")
+  layer_norm_epsilon: float = _field(
+      LAYER_NORM_EPSILON, "epsilon of every layer norm (tensor2tensor's 1e-6; torch's 1e-5)")
 
   # --- Data (section 5.1) ---
   dataset: str = _field("wmt14_translate/de-en",
@@ -188,6 +203,11 @@ class ModelConfig:
   attention_window: Optional[int]
   attention_impl: str
   quantization: Optional[str]
+  activation: str
+  attention_bias: bool
+  output_bias: bool
+  position_layout: str
+  layer_norm_epsilon: float
 
   key_depth = TransformerConfig.key_depth
   value_depth = TransformerConfig.value_depth
@@ -216,6 +236,8 @@ def _one_of(*choices: str) -> tuple[Any, str]:
 
 
 DROPOUT_GENERATORS = ("hash", "threefry")  # kernels/dropout.py draws masks with either
+ACTIVATIONS = ("relu", "swish", "gelu")     # model/layers.py's FeedForward computes each
+POSITION_LAYOUTS = ("interleaved", "halves")   # model/layers.py's sinusoidal_encoding
 
 _POSITIVE_INT = (_positive, "a positive integer")
 _POSITIVE_NUMBER = (_positive, "a positive number")
@@ -234,6 +256,8 @@ FIELD_RULES: dict[str, tuple[Any, str]] = {
     "attention_window": _POSITIVE_INT,
     "attention_impl": _one_of("fused", "reference", "cudnn", "core", "core_recompute"),
     "quantization": _one_of("int8"),
+    "activation": _one_of(*ACTIVATIONS), "position_layout": _one_of(*POSITION_LAYOUTS),
+    "layer_norm_epsilon": _POSITIVE_NUMBER,
     "dataset": _NON_EMPTY, "source_lang": _NON_EMPTY, "target_lang": _NON_EMPTY,
     "data_dir": _NON_EMPTY, "train_files": _NON_EMPTY, "dev_files": _NON_EMPTY,
     "test_files": _NON_EMPTY,
@@ -420,15 +444,19 @@ def to_dict(config: TransformerConfig) -> dict[str, Any]:
 def count_params(c: TransformerConfig) -> int:
   """Closed-form count of t2t_jax.model.transformer's parameters (equals `init_params`'s, tested).
 
-  Attention projections have no biases (the paper's equations have none);
-  the FFN has b1, b2; every LayerNorm has a scale and a bias.
+  Attention projections have no biases (the paper's equations have none) unless
+  `attention_bias`; the FFN has b1, b2; every LayerNorm has a scale and a bias;
+  `output_bias` adds one per vocabulary id.
   """
   d, h, dk, dv = c.d_model, c.num_heads, c.key_depth, c.value_depth
   attention = d * h * dk * 2 + d * h * dv + h * dv * d       # W^Q, W^K, W^V, W^O
+  if c.attention_bias:
+    attention += h * dk * 2 + h * dv + d
   ffn = d * c.d_ff + c.d_ff + c.d_ff * d + d                  # W1, b1, W2, b2
   norm = 2 * d
   encoder_layer = attention + ffn + 2 * norm
   decoder_layer = 2 * attention + ffn + 3 * norm
   embeddings = c.vocab_size * d * (1 if c.share_embeddings else 3)
   positions = 2 * c.max_len * d if c.positional_encoding == "learned" else 0
-  return c.num_layers * (encoder_layer + decoder_layer) + embeddings + positions
+  output_bias = c.vocab_size if c.output_bias else 0
+  return c.num_layers * (encoder_layer + decoder_layer) + embeddings + positions + output_bias

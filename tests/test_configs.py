@@ -40,6 +40,22 @@ def test_count_params_equals_the_real_model_for_every_preset():
     assert count_params(cfg) == _real_count(cfg), cfg
 
 
+def test_count_params_with_the_published_models_biases():
+  cfg = get_config("demo", attention_bias=True, output_bias=True, activation="swish",
+                   position_layout="halves", layer_norm_epsilon=1e-5)
+  plain = get_config("demo")
+  d, layers = plain.d_model, plain.num_layers
+  # 4 biases of d per attention (d_k = d_v = d / h), 3 attentions a layer pair; one per id.
+  assert count_params(cfg) - count_params(plain) == layers * 3 * 4 * d + plain.vocab_size
+  assert count_params(cfg) == _real_count(cfg)
+
+
+def test_the_published_models_options_default_to_the_papers():
+  cfg = get_config("base")
+  assert (cfg.activation, cfg.attention_bias, cfg.output_bias, cfg.position_layout,
+          cfg.layer_norm_epsilon) == ("relu", False, False, "interleaved", 1e-6)
+
+
 def test_table3_counts_within_7_percent_of_the_paper():
   assert set(paper.PARAMS_M) == {"base", "B1", "B2", "C1", "C2", "C3", "C4", "C5", "C6", "C7",
                                  "big"}
@@ -102,6 +118,7 @@ _OUT_OF_RANGE = {
     "d_v": -1, "dropout_rate": 1.0, "attention_dropout_rate": -0.5,
     "positional_encoding": "rotary", "max_len": 0, "dtype": "float16", "attention_window": 0,
     "quantization": "int4",
+    "activation": "tanh", "position_layout": "rotated", "layer_norm_epsilon": 0.0,
     "attention_impl": "flash",
     "dropout_generator": "philox",
     "dataset": "", "source_lang": "", "target_lang": "", "data_dir": "", "train_files": "",
@@ -127,7 +144,8 @@ def _wrong_type(name):
 def test_every_field_but_the_flags_has_a_range_and_a_test():
   assert set(configs.FIELD_RULES) == set(_OUT_OF_RANGE)
   assert set(_FIELDS) - set(configs.FIELD_RULES) == {"share_embeddings", "compilation_cache",
-                                                           "packing"}
+                                                           "packing", "attention_bias",
+                                                           "output_bias"}
 
 
 @pytest.mark.parametrize("name", sorted(_FIELDS))

@@ -34,7 +34,6 @@ from t2t_jax.data import vocab
 from t2t_jax.export import huggingface
 from t2t_jax.export import loading
 from t2t_jax.export import weights as weights_lib
-from t2t_jax.model import encoder_decoder
 from t2t_jax.model import layers
 
 log = logging.getLogger(__name__)
@@ -105,7 +104,7 @@ def ctranslate2_spec(cfg: configs.TransformerConfig, params: Any, tokens: Sequen
   spec.config.unk_token, spec.config.eos_token = "<unk>", "</s>"
   spec.config.bos_token = spec.config.decoder_start_token = "<pad>"
   spec.config.add_source_eos = False       # the caller's pieces end with </s> (USAGE)
-  spec.config.layer_norm_epsilon = encoder_decoder.LAYER_NORM_EPSILON
+  spec.config.layer_norm_epsilon = cfg.layer_norm_epsilon
   spec.register_source_vocabulary(list(tokens))
   spec.register_target_vocabulary(list(tokens))
   return spec

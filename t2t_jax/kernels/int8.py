@@ -135,8 +135,8 @@ class Int8Dense(nn.Module):
 
   Contracts x's last `inputs` axes with an `Int8Kernel` "kernel" ([prod(features),
   prod(in)], the float kernel flattened and transposed: model/quantized.py) and adds a
-  float32 "bias" [prod(features)] if `use_bias`. Its own initial values are zeros:
-  its parameters come from a float32 model's.
+  float32 "bias" [*features] (as `nn.DenseGeneral`'s) if `use_bias`. Its own initial
+  values are zeros: its parameters come from a float32 model's.
   """
   features: Union[int, tuple[int, ...]]
   inputs: int = 1
@@ -151,5 +151,5 @@ class Int8Dense(nn.Module):
         jnp.zeros((n_out, n_in), jnp.int8), jnp.ones((n_out,), jnp.float32)))
     y = int8_dense(x.reshape(*batch, n_in), kernel)                   # [..., prod(features)]
     if self.use_bias:
-      y = y + self.param("bias", nn.initializers.zeros, (n_out,), jnp.float32)
+      y = y + self.param("bias", nn.initializers.zeros, features, jnp.float32).reshape(n_out)
     return y.reshape(*batch, *features)

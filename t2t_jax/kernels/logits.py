@@ -99,6 +99,16 @@ def row_major(logits: Logits) -> Array:
   return full.at[:, at].set(logits.logits.T.astype(jnp.float32), mode="drop")
 
 
+def add_bias(logits: Logits, bias: Array) -> Logits:
+  """`logits` in either layout plus a bias [vocab] per vocabulary id (a model's
+  `output_bias`); a shortlist's rows get their ids' biases, its FILLER rows none."""
+  if not isinstance(logits, VocabMajor):
+    return logits + bias
+  if logits.ids is not None:
+    bias = jnp.where(logits.ids == FILLER, 0.0, jnp.take(bias, logits.ids, mode="clip"))
+  return logits.replace(logits=logits.logits + bias[:, None])
+
+
 def project_logits(hidden: Array, kernel: Array, layout: str = "row_major",
                    shortlist: Optional[Array] = None) -> Logits:
   """The output projection of hidden [..., d_model] by the pre-softmax weights [vocab, d_model].

@@ -206,10 +206,11 @@ class MultiHeadAttention(nn.Module):
 
   Projections d_model -> heads*d_k (queries, keys), d_model -> heads*d_v
   (values) and heads*d_v -> d_model (W^O). No biases: the paper's equations
-  have none here (the FFN's do). Every use of the projections lives in this
-  class: `__call__` (a whole sequence), `project_kv`, the incremental decoding
-  methods (`init_self_cache`, `step_self`, `cross_cache`, `step_cross`) and
-  `weights` (the projections as matrices, for export).
+  have none here (the FFN's do); `use_bias` (the config's `attention_bias`, as
+  Marian's models have) adds one to each projection. Every use of the projections
+  lives in this class: `__call__` (a whole sequence), `project_kv`, the incremental
+  decoding methods (`init_self_cache`, `step_self`, `cross_cache`, `step_cross`) and
+  `weights`, `biases` (the projections as matrices and vectors, for export).
 
   An attention that cannot be built is an error naming the layer. `int8`: the
   projections run as int8 products (decoding a `quantization="int8"` model only;
@@ -224,15 +225,16 @@ class MultiHeadAttention(nn.Module):
   kernel_init: Callable = layers.default_kernel_init
   implementation: str = "fused"      # configs.TransformerConfig.attention_impl
   int8: bool = False
+  use_bias: bool = False             # configs.TransformerConfig.attention_bias
 
   def setup(self):
     dense = lambda features, axis=-1: nn.DenseGeneral(
-        features, axis=axis, use_bias=False, dtype=self.dtype, param_dtype=jnp.float32,
+        features, axis=axis, use_bias=self.use_bias, dtype=self.dtype, param_dtype=jnp.float32,
         kernel_init=self.kernel_init)
     if self.int8:
       from t2t_jax.kernels import int8  # pylint: disable=import-outside-toplevel
       dense = lambda features, axis=-1: int8.Int8Dense(
-          features, inputs=1 if axis == -1 else len(axis), use_bias=False)
+          features, inputs=1 if axis == -1 else len(axis), use_bias=self.use_bias)
     self.query = dense((self.num_heads, self.d_k))                    # [d_model, heads, d_k]
     self.key = dense((self.num_heads, self.d_k))
     self.value = dense((self.num_heads, self.d_v))
@@ -287,6 +289,15 @@ class MultiHeadAttention(nn.Module):
     return {"query": project("query"), "key": project("key"), "value": project("value"),
             "out": out.reshape(-1, out.shape[-1])}
 
+  @staticmethod
+  def biases(params: Any) -> Optional[dict[str, Array]]:
+    """The projections' biases as vectors, the same keys and order as `weights`: {"query":
+    [heads*d_k], "key": [heads*d_k], "value": [heads*d_v], "out": [d_model]}; None for an
+    attention without them (the paper's)."""
+    if "bias" not in params["query"]:
+      return None
+    return {name: params[name]["bias"].reshape(-1) for name in ("query", "key", "value", "out")}
+
   # ---------------------------------------------------------------- one position at a time
 
   def init_self_cache(self, batch: int, length: int) -> dict[str, decode_cache.Unordered]:
@@ -305,12 +316,18 @@ class MultiHeadAttention(nn.Module):
     concatenation out of the decoding loop.
     """
     names = ("query", "key", "value")
+    params = self.variables["params"]
     if self.int8:
       from t2t_jax.kernels import int8  # pylint: disable=import-outside-toplevel
-      return int8.int8_dense(y, [self.variables["params"][name]["kernel"] for name in names])
-    w = self.weights(self.variables["params"])
-    kernel = jnp.concatenate([w[name] for name in names], axis=1)
-    return jnp.dot(y.astype(self.dtype), kernel.astype(self.dtype))
+      qkv = int8.int8_dense(y, [params[name]["kernel"] for name in names])
+    else:
+      w = self.weights(params)
+      kernel = jnp.concatenate([w[name] for name in names], axis=1)
+      qkv = jnp.dot(y.astype(self.dtype), kernel.astype(self.dtype))
+    if self.use_bias:
+      b = self.biases(params)
+      qkv = qkv + jnp.concatenate([b[name] for name in names]).astype(qkv.dtype)
+    return qkv
 
   def step_self(self, y: Array, cache: dict[str, decode_cache.Unordered], position: Array,
                 holds: Array, bias: Array) -> tuple[Array, dict[str, decode_cache.Unordered]]:

@@ -27,24 +27,23 @@ def compute_dtype(cfg: ModelConfig) -> Any:
   return jnp.dtype(cfg.dtype)
 
 
-LAYER_NORM_EPSILON = 1e-6  # as tensor2tensor
-
-
-def _layer_norm() -> nn.LayerNorm:
+def _layer_norm(cfg: ModelConfig) -> nn.LayerNorm:
   # float32 statistics and output whatever the compute dtype.
-  return nn.LayerNorm(epsilon=LAYER_NORM_EPSILON, dtype=jnp.float32, param_dtype=jnp.float32)
+  return nn.LayerNorm(epsilon=cfg.layer_norm_epsilon, dtype=jnp.float32,
+                      param_dtype=jnp.float32)
 
 
 def _attention(cfg: ModelConfig) -> attention_lib.MultiHeadAttention:
   return attention_lib.MultiHeadAttention(
       num_heads=cfg.num_heads, d_k=cfg.key_depth, d_v=cfg.value_depth, d_model=cfg.d_model,
       dropout_rate=cfg.attention_dropout_rate, dtype=compute_dtype(cfg),
-      implementation=cfg.attention_impl, int8=cfg.quantization == "int8")
+      implementation=cfg.attention_impl, int8=cfg.quantization == "int8",
+      use_bias=cfg.attention_bias)
 
 
 def _feed_forward(cfg: ModelConfig) -> layers.FeedForward:
   return layers.FeedForward(cfg.d_model, cfg.d_ff, dtype=compute_dtype(cfg),
-                            int8=cfg.quantization == "int8")
+                            int8=cfg.quantization == "int8", activation=cfg.activation)
 
 
 def dropout(cfg: ModelConfig) -> layers.Dropout:
@@ -66,8 +65,8 @@ class EncoderLayer(nn.Module):
     cfg = self.config
     self.self_attention = _attention(cfg)
     self.ffn = _feed_forward(cfg)
-    self.norm_attention = _layer_norm()
-    self.norm_ffn = _layer_norm()
+    self.norm_attention = _layer_norm(cfg)
+    self.norm_ffn = _layer_norm(cfg)
     self.dropout = dropout(cfg)
 
   def __call__(self, x: Array, bias: attention_lib.Mask, deterministic: bool) -> Array:
@@ -86,9 +85,9 @@ class DecoderLayer(nn.Module):
     self.self_attention = _attention(cfg)
     self.cross_attention = _attention(cfg)
     self.ffn = _feed_forward(cfg)
-    self.norm_self = _layer_norm()
-    self.norm_cross = _layer_norm()
-    self.norm_ffn = _layer_norm()
+    self.norm_self = _layer_norm(cfg)
+    self.norm_cross = _layer_norm(cfg)
+    self.norm_ffn = _layer_norm(cfg)
     self.dropout = dropout(cfg)
 
   def _block(self, y: Array, self_attend: Callable[[Array], tuple[Array, Any]],

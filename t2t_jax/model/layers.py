@@ -14,6 +14,7 @@ Attention and its masks are model/attention.py's. Dropout's masks come from
 
 from __future__ import annotations
 
+import functools
 from typing import Any, Callable
 
 import flax.linen as nn
@@ -21,7 +22,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from t2t_jax.configs import DROPOUT_GENERATORS
+from t2t_jax.configs import DROPOUT_GENERATORS, POSITION_LAYOUTS
 from t2t_jax.ids import PAD_ID
 from t2t_jax.kernels import dropout as dropout_lib
 
@@ -52,21 +53,28 @@ def segment_positions(segments: Array) -> Array:
 # ------------------------------------------------------------------------- positions
 
 
-def sinusoidal_encoding(positions: Array, d_model: int) -> Array:
+def sinusoidal_encoding(positions: Array, d_model: int, layout: str = "interleaved") -> Array:
   """[..., d_model] float32 encodings of integer `positions` (section 3.5).
 
   PE(pos, 2i) = sin(pos / 10000^(2i / d_model)) and PE(pos, 2i + 1) = cos(same):
-  sine and cosine interleaved, not two concatenated halves.
+  sine and cosine interleaved, as the paper writes it. `layout="halves"` (the
+  config's `position_layout`): the same values with all the sines first, then all
+  the cosines, as Marian and tensor2tensor compute them (a fixed permutation of
+  the features).
   """
+  if layout not in POSITION_LAYOUTS:
+    raise ValueError(f"position layout {layout!r} is not one of {POSITION_LAYOUTS}")
   two_i = jnp.arange(0, d_model, 2, dtype=jnp.float32)                 # [ceil(d_model / 2)]
   angles = jnp.asarray(positions, jnp.float32)[..., None] / jnp.power(10000.0, two_i / d_model)
+  if layout == "halves":
+    return jnp.concatenate([jnp.sin(angles), jnp.cos(angles)[..., :d_model // 2]], axis=-1)
   pe = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)          # [..., d/2, 2]
   return pe.reshape(*pe.shape[:-2], -1)[..., :d_model]
 
 
-def sinusoidal_positions(length: int, d_model: int) -> Array:
+def sinusoidal_positions(length: int, d_model: int, layout: str = "interleaved") -> Array:
   """[length, d_model] float32 table of `sinusoidal_encoding` for positions 0..length-1."""
-  return sinusoidal_encoding(jnp.arange(length), d_model)
+  return sinusoidal_encoding(jnp.arange(length), d_model, layout)
 
 
 # --------------------------------------------------------------------------- dropout
@@ -100,14 +108,23 @@ def dropout(x: Array, key: Array, rate: float, generator: str = "hash") -> Array
 default_kernel_init = nn.initializers.xavier_uniform()
 
 
+# The feed-forward activations (the config's `activation`): the paper's ReLU, and those
+# of published models of this architecture. "gelu" is the exact one (erf), as torch's and
+# transformers' "gelu"; "swish" is x sigmoid(x) (SiLU).
+ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
+    "relu": nn.relu, "swish": nn.swish, "gelu": functools.partial(nn.gelu, approximate=False)}
+
+
 class FeedForward(nn.Module):
-  """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3); `int8`: int8 products (decoding a
-  `quantization="int8"` model; kernels/int8.py, imported only then)."""
+  """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3), or another `activation` in place of
+  max(0, .) (`ACTIVATIONS`); `int8`: int8 products (decoding a `quantization="int8"` model;
+  kernels/int8.py, imported only then)."""
   d_model: int
   d_ff: int
   dtype: Any = jnp.float32
   kernel_init: Callable = default_kernel_init
   int8: bool = False
+  activation: str = "relu"
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
@@ -117,7 +134,7 @@ class FeedForward(nn.Module):
     else:
       dense = lambda n, name: nn.Dense(n, dtype=self.dtype, param_dtype=jnp.float32,
                                        kernel_init=self.kernel_init, name=name)
-    return dense(self.d_model, "wo")(nn.relu(dense(self.d_ff, "wi")(x)))
+    return dense(self.d_model, "wo")(ACTIVATIONS[self.activation](dense(self.d_ff, "wi")(x)))
 
 
 class Dropout(nn.Module):

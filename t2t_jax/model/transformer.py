@@ -92,6 +92,8 @@ class Transformer(nn.Module):
       init = nn.initializers.normal(stddev=math.sqrt(0.5))
       self.source_positions = self.param("source_positions", init, (cfg.max_len, cfg.d_model))
       self.target_positions = self.param("target_positions", init, (cfg.max_len, cfg.d_model))
+    if cfg.output_bias:   # not the paper's: Marian's final_logits_bias
+      self.output_bias = self.param("output_bias", nn.initializers.zeros, (cfg.vocab_size,))
     if cfg.quantization == "int8":
       # The pre-softmax weights quantised per vocabulary row, beside the float32
       # embeddings the lookups read (model/quantized.py fills both).
@@ -122,7 +124,8 @@ class Transformer(nn.Module):
       table = self.source_positions if role == "source" else self.target_positions
       pe = jnp.take(table, positions, axis=0)
     else:
-      pe = layers.sinusoidal_encoding(positions, cfg.d_model)          # [(batch,) length, d_model]
+      pe = layers.sinusoidal_encoding(positions, cfg.d_model,          # [(batch,) length, d_model]
+                                      cfg.position_layout)
     if pe.ndim == 2:
       pe = pe[None]
     x = (x + pe.astype(x.dtype)).astype(encoder_decoder.compute_dtype(cfg))
@@ -137,15 +140,20 @@ class Transformer(nn.Module):
 
   def _logits(self, y: Array, layout: str = "row_major",
               shortlist: Optional[Array] = None) -> logits_lib.Logits:
-    """[..., d_model] -> [..., vocab] float32: y E^T (pre-softmax, section 3.4).
+    """[..., d_model] -> [..., vocab] float32: y E^T (pre-softmax, section 3.4), + b with
+    `output_bias`.
 
     Operands in the compute dtype, accumulated and returned in float32;
     `logits.project_logits` says what `layout` and `shortlist` change.
     """
     if self.config.quantization == "int8":
       from t2t_jax.kernels import int8  # pylint: disable=import-outside-toplevel
-      return int8.project_logits(y, self._output_kernel(), layout, shortlist)
-    return logits_lib.project_logits(y, self._output_kernel(), layout, shortlist)
+      logits = int8.project_logits(y, self._output_kernel(), layout, shortlist)
+    else:
+      logits = logits_lib.project_logits(y, self._output_kernel(), layout, shortlist)
+    if self.config.output_bias:
+      logits = logits_lib.add_bias(logits, self.output_bias)
+    return logits
 
   # ------------------------------------------------------------------ forward pass
 
@@ -210,11 +218,17 @@ class Transformer(nn.Module):
 
     Returns the decoder's last layer [batch, tgt_len, d_model] (compute dtype) and
     the pre-softmax weights [vocab, d_model] float32; logits = features @ weights.T.
+    With `output_bias` both get one more column, 1 and the bias: [..., d_model + 1]
+    and [vocab, d_model + 1], so that the same product adds the bias.
     """
     encoded = self.encode(inputs, train, inputs_segments)
     hidden = self.decode_hidden(encoded, inputs, targets, train, inputs_segments,
                                 targets_segments)
-    return hidden, self._output_kernel()
+    kernel = self._output_kernel()
+    if self.config.output_bias:
+      hidden = jnp.concatenate([hidden, jnp.ones_like(hidden[..., :1])], axis=-1)
+      kernel = jnp.concatenate([kernel, self.output_bias[:, None]], axis=-1)
+    return hidden, kernel
 
   # ---------------------------------------------------------- incremental decoding
 

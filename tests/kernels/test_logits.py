@@ -8,6 +8,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from t2t_jax.ids import FILLER
 from t2t_jax.kernels import choice
 from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.train import step as step_lib
@@ -150,3 +151,18 @@ def test_top_k_is_the_tpus_own_in_a_tpu_program_and_blocked_elsewhere(fn, shape)
       lowering_platforms=(platform,)).as_text().count("top_k")
   assert top_ks("tpu") == 1          # jax.lax.top_k alone
   assert top_ks("cpu") == 2          # the blocks' maxima, then the chosen blocks
+def test_add_bias_adds_each_ids_bias_in_either_layout_and_on_a_shortlist():
+  rng = np.random.default_rng(2)
+  hidden, kernel = _operands(rng, 3, 8)
+  bias = jnp.asarray(rng.normal(size=11), jnp.float32)
+  want = np.asarray(logits_lib.projection(hidden, kernel)) + np.asarray(bias)
+  rows = logits_lib.add_bias(logits_lib.project_logits(hidden, kernel), bias)
+  np.testing.assert_allclose(rows, want, rtol=1e-6, atol=1e-6)
+  major = logits_lib.add_bias(logits_lib.project_logits(hidden, kernel, "vocab_major"), bias)
+  np.testing.assert_allclose(logits_lib.row_major(major), want, rtol=1e-6, atol=1e-6)
+  ids = jnp.asarray([1, 4, 10, FILLER], jnp.int32)
+  listed = logits_lib.add_bias(logits_lib.project_logits(hidden, kernel, "vocab_major", ids), bias)
+  np.testing.assert_allclose(listed.logits[:3].T, want[:, [1, 4, 10]], rtol=1e-6, atol=1e-6)
+  # A filler row gets no bias (and is never a candidate).
+  filler = logits_lib.project_logits(hidden, kernel, "vocab_major", ids).logits[3]
+  np.testing.assert_array_equal(listed.logits[3], filler)

@@ -153,6 +153,28 @@ def test_multi_head_attention_module_against_numpy():
   np.testing.assert_allclose(out_kv, out, atol=1e-6)
 
 
+def test_projection_biases_enter_as_x_w_plus_b_and_biases_lists_them():
+  rng = np.random.default_rng(4)
+  heads, d_k, d_v, d_model = 2, 4, 3, 6
+  mha = attention_lib.MultiHeadAttention(num_heads=heads, d_k=d_k, d_v=d_v, d_model=d_model,
+                                         use_bias=True)
+  xq = jnp.asarray(rng.normal(size=(2, 3, d_model)), jnp.float32)
+  xkv = jnp.asarray(rng.normal(size=(2, 4, d_model)), jnp.float32)
+  params = jax.jit(mha.init)(jax.random.key(0), xq, xkv)["params"]
+  params = jax.tree.map(lambda a: a + jnp.asarray(rng.normal(size=a.shape), a.dtype), params)
+  p = jax.tree.map(np.asarray, params)
+  proj = lambda x, n: np.einsum("bld,dhk->blhk", np.asarray(x), p[n]["kernel"]) + p[n]["bias"]
+  ref, _ = numpy_attention(proj(xq, "query"), proj(xkv, "key"), proj(xkv, "value"), 0.0)
+  ref = np.einsum("blhk,hkd->bld", ref, p["out"]["kernel"]) + p["out"]["bias"]
+  np.testing.assert_allclose(mha.apply({"params": params}, xq, xkv), ref, atol=1e-4)
+  b = attention_lib.MultiHeadAttention.biases(params)
+  assert [b[n].shape for n in ("query", "key", "value", "out")] == [(8,), (8,), (6,), (6,)]
+  np.testing.assert_array_equal(b["value"], p["value"]["bias"].reshape(-1))
+  plain = attention_lib.MultiHeadAttention(num_heads=heads, d_k=d_k, d_v=d_v, d_model=d_model)
+  assert attention_lib.MultiHeadAttention.biases(
+      jax.jit(plain.init)(jax.random.key(0), xq, xkv)["params"]) is None
+
+
 def test_module_uses_the_fused_path_only_where_it_applies():
   rng = np.random.default_rng(9)
   x = jnp.asarray(rng.normal(size=(2, 6, 8)), jnp.float32)

@@ -31,7 +31,7 @@ def _init(module, *args):
 
 def _norm(x, p):
   mean, var = x.mean(-1, keepdims=True), x.var(-1, keepdims=True)
-  return (x - mean) / np.sqrt(var + encoder_decoder.LAYER_NORM_EPSILON) * p["scale"] + p["bias"]
+  return (x - mean) / np.sqrt(var + configs.LAYER_NORM_EPSILON) * p["scale"] + p["bias"]
 
 
 def _attention(x, kv, p, mask):

@@ -1,6 +1,8 @@
 """model/layers.py: positions, segments and the feed-forward layer against the paper's
 formulas and NumPy."""
 
+import math
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -26,14 +28,37 @@ def test_sinusoidal_positions_match_paper_formula(d_model):
   np.testing.assert_allclose(row, table[37], atol=1e-6)
 
 
-def test_feed_forward_against_numpy():
+@pytest.mark.parametrize("d_model", [8, 9])
+def test_halves_layout_is_marians_sines_then_cosines(d_model):
+  length = 50
+  # transformers' MarianSinusoidalPositionalEmbedding (the same as tensor2tensor's
+  # get_timing_signal_1d): column j's frequency is that of 2 * (j // 2), the sines of
+  # the even columns' frequencies first, then the cosines of the odd ones'.
+  angle = np.array([[pos / np.power(10000, 2 * (j // 2) / d_model) for j in range(d_model)]
+                    for pos in range(length)])
+  ref = np.concatenate([np.sin(angle[:, 0::2]), np.cos(angle[:, 1::2])], axis=1)
+  table = layers.sinusoidal_positions(length, d_model, "halves")
+  np.testing.assert_allclose(table, ref, atol=2e-5)
+  # The same values as the paper's layout, the features in another order.
+  order = np.concatenate([np.arange(0, d_model, 2), np.arange(1, d_model, 2)])
+  np.testing.assert_array_equal(table, np.asarray(layers.sinusoidal_positions(length, d_model))[:, order])
+  with pytest.raises(ValueError, match="position layout 'rotated'"):
+    layers.sinusoidal_positions(length, d_model, "rotated")
+
+
+@pytest.mark.parametrize("activation, reference", [
+    ("relu", lambda h: np.maximum(0, h)),
+    ("swish", lambda h: h / (1 + np.exp(-h))),
+    ("gelu", lambda h: 0.5 * h * (1 + np.vectorize(math.erf)(h / np.sqrt(2)))),
+])
+def test_feed_forward_against_numpy(activation, reference):
   rng = np.random.default_rng(3)
-  ffn = layers.FeedForward(d_model=4, d_ff=6)
+  ffn = layers.FeedForward(d_model=4, d_ff=6, activation=activation)
   x = jnp.asarray(rng.normal(size=(2, 3, 4)), jnp.float32)
   params = jax.jit(ffn.init)(jax.random.key(0), x)["params"]
   params = jax.tree.map(lambda a: a + 0.3, params)   # non-zero biases
   p = jax.tree.map(np.asarray, params)
-  ref = np.maximum(0, np.asarray(x) @ p["wi"]["kernel"] + p["wi"]["bias"]) @ p["wo"]["kernel"] \
+  ref = reference(np.asarray(x) @ p["wi"]["kernel"] + p["wi"]["bias"]) @ p["wo"]["kernel"] \
       + p["wo"]["bias"]
   np.testing.assert_allclose(jax.jit(ffn.apply)({"params": params}, x), ref, atol=1e-5)
 

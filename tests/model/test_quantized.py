@@ -24,6 +24,8 @@ CFG = configs.get_config("demo", vocab_size=23, num_layers=2, d_model=16, d_ff=3
                          d_k=8, d_v=6, max_len=16, dropout_rate=0.0)
 # Unshared embeddings: the output projection comes from its own table.
 CFG_UNSHARED = CFG.replace(share_embeddings=False, positional_encoding="learned", num_layers=1)
+# A published model's biases (attention, output): kept float32 beside the int8 products.
+CFG_BIASES = CFG.replace(attention_bias=True, output_bias=True, activation="swish", num_layers=1)
 
 RNG = np.random.default_rng(0)
 INPUTS = jnp.asarray(RNG.integers(3, 23, (3, 7)), jnp.int32).at[1, 4:].set(0)
@@ -32,7 +34,11 @@ TARGETS = jnp.asarray(RNG.integers(3, 23, (3, 6)), jnp.int32).at[2, 3:].set(0)
 
 @functools.lru_cache(maxsize=None)
 def _params(cfg):
-  return transformer.init_params(cfg.model, jax.random.key(0))
+  params = transformer.init_params(cfg.model, jax.random.key(0))
+  # Biases off their initial 0, so that one dropped by the int8 model shows.
+  return jax.tree_util.tree_map_with_path(
+      lambda path, x: x + 0.5 if getattr(path[-1], "key", "") in ("bias", "output_bias") else x,
+      params)
 
 
 def _int8(cfg):
@@ -74,7 +80,7 @@ def test_each_int8_kernel_is_its_float_kernel_quantised():
                                 int8.quantize(float_params["embedding"]["embedding"]).values)
 
 
-@pytest.mark.parametrize("cfg", [CFG, CFG_UNSHARED], ids=["shared", "unshared"])
+@pytest.mark.parametrize("cfg", [CFG, CFG_UNSHARED, CFG_BIASES], ids=["shared", "unshared", "biases"])
 def test_int8_logits_are_close_to_float32s(cfg):
   float_logits = _forward(cfg, _params(cfg))
   logits = _forward(_int8(cfg), quantized.quantize_params(_int8(cfg).model, _params(cfg)))
@@ -83,6 +89,8 @@ def test_int8_logits_are_close_to_float32s(cfg):
   # Not float32 itself: the products did run quantised.
   assert np.abs(logits - float_logits).max() > 1e-6 * spread
   # The output projection is the int8 one.
+  if cfg.output_bias:
+    return
   hidden, kernel = transformer.Transformer(_int8(cfg).model).apply(
       {"params": quantized.quantize_params(_int8(cfg).model, _params(cfg))}, INPUTS, TARGETS,
       method=transformer.Transformer.features)

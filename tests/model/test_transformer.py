@@ -2,6 +2,7 @@
 
 import functools
 
+import flax
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -20,6 +21,9 @@ CFG = configs.get_config("demo", vocab_size=23, num_layers=2, d_model=16, d_ff=3
 # One layer keeps its compile time down.
 CFG_VARIANT = CFG.replace(attention_window=1, positional_encoding="learned",
                           share_embeddings=False, num_layers=1)
+# A published model's options (Marian's, OPUS-MT's): none of them the paper's.
+CFG_MARIAN = CFG.replace(activation="swish", attention_bias=True, output_bias=True,
+                         position_layout="halves", layer_norm_epsilon=1e-5, num_layers=1)
 
 
 def _batch(rng, batch, length, lengths, vocab=23):
@@ -36,7 +40,13 @@ TARGETS = _batch(RNG, 3, 6, [6, 6, 3])
 
 @functools.lru_cache(maxsize=None)
 def _params(cfg):
-  return transformer.init_params(cfg.model, jax.random.key(0))
+  params = transformer.init_params(cfg.model, jax.random.key(0))
+  if cfg.attention_bias or cfg.output_bias:   # biases start at 0: move them off it
+    rng = np.random.default_rng(5)
+    params = flax.traverse_util.unflatten_dict({
+        path: x + jnp.asarray(rng.normal(size=x.shape), x.dtype) if "bias" in path[-1] else x
+        for path, x in flax.traverse_util.flatten_dict(params).items()})
+  return params
 
 
 @functools.lru_cache(maxsize=None)
@@ -114,7 +124,8 @@ def test_fully_padded_rows_give_finite_logits():
   assert np.all(np.isfinite(logits))
 
 
-@pytest.mark.parametrize("cfg", [CFG, CFG_VARIANT], ids=["base", "window_learned_unshared"])
+@pytest.mark.parametrize("cfg", [CFG, CFG_VARIANT, CFG_MARIAN],
+                         ids=["base", "window_learned_unshared", "marian"])
 def test_cached_decoding_reproduces_full_forward(cfg):
   params = _params(cfg)
   full = np.asarray(_forward(cfg)(params, INPUTS, TARGETS))
@@ -394,3 +405,55 @@ def test_the_model_draws_its_masks_with_the_configured_generator():
   np.testing.assert_array_equal(hashed, logits("hash", jax.random.key(5)))
   assert np.abs(np.asarray(hashed) - np.asarray(threefry)).max() > 1e-3
   assert np.abs(np.asarray(hashed) - np.asarray(logits("hash", jax.random.key(6)))).max() > 1e-3
+
+
+def test_published_models_options_change_what_they_say_and_nothing_else():
+  """Each option of CFG_MARIAN, one at a time, against the paper's model with the same params."""
+  params, base = _params(CFG_MARIAN), CFG_MARIAN.replace(
+      activation="relu", attention_bias=False, output_bias=False, position_layout="interleaved",
+      layer_norm_epsilon=1e-6)
+  logits = lambda cfg, p: np.asarray(_forward(cfg)(p, INPUTS, TARGETS))
+  # The same params without the attention and output biases.
+  plain = {path: x for path, x in flax.traverse_util.flatten_dict(params).items()
+           if path[-1] != "output_bias"
+           and not (path[-1] == "bias" and path[-2] in ("query", "key", "value", "out"))}
+  plain = flax.traverse_util.unflatten_dict(plain)
+  want = logits(base, plain)
+  # The output bias adds b to every position's logits.
+  np.testing.assert_allclose(
+      logits(base.replace(output_bias=True), {**plain, "output_bias": params["output_bias"]}),
+      want + np.asarray(params["output_bias"]), atol=1e-5)
+  # Every other option changes the logits.
+  for field, value in [("activation", "swish"), ("position_layout", "halves"),
+                       ("layer_norm_epsilon", 1e-1)]:
+    assert np.abs(logits(base.replace(**{field: value}), plain) - want).max() > 1e-3, field
+  # The halves layout is the interleaved one with the model dimension permuted
+  # (docs/export.md, "The permutation"): permuting every weight that touches it gives
+  # the same function.
+  d = base.d_model
+  order = np.concatenate([np.arange(0, d, 2), np.arange(1, d, 2)])
+  permuted = jax.tree_util.tree_map_with_path(lambda path, x: _permute(path, x, order), plain)
+  np.testing.assert_allclose(logits(base.replace(position_layout="halves"), permuted), want,
+                             atol=1e-5)
+
+
+def _permute(path, x, order):
+  """One parameter with the model dimension's features reordered by `order`."""
+  names = [getattr(k, "key", None) for k in path]
+  x = np.asarray(x)
+  if names[-1] == "embedding" or names[-2].startswith("norm"):
+    return x[..., order]                             # [vocab, d], [d]
+  if names[-2] in ("query", "key", "value") or names[-2] == "wi" and names[-1] == "kernel":
+    return x[order]                                  # [d, ...] inputs
+  if names[-2] in ("out", "wo"):
+    return x[..., order]                             # [..., d] outputs
+  return x
+
+
+def test_features_and_kernel_give_the_logits_with_the_output_bias():
+  params = _params(CFG_MARIAN)
+  hidden, kernel = transformer.Transformer(CFG_MARIAN.model).apply(
+      {"params": params}, INPUTS, TARGETS, method=transformer.Transformer.features)
+  assert hidden.shape[-1] == kernel.shape[-1] == CFG_MARIAN.d_model + 1
+  np.testing.assert_allclose(np.asarray(hidden) @ np.asarray(kernel).T,
+                             np.asarray(_forward(CFG_MARIAN)(params, INPUTS, TARGETS)), atol=1e-5)
