@@ -155,7 +155,7 @@ def build(tokenizer: vocab_lib.Tokenizer, pairs: Iterable[tuple[str, str]], *,
   pairs = iter(pairs)
   while batch := list(itertools.islice(pairs, chunk)):
     src = tokenizer.encode_batch([s for s, _ in batch])
-    tgt = tokenizer.encode_batch([t for _, t in batch])
+    tgt = tokenizer.encode_target_batch([t for _, t in batch])
     source_count += np.bincount(_sentence_sets(src, vocab_size)[1], minlength=vocab_size)
     target_count += np.bincount(_sentence_sets(tgt, vocab_size)[1], minlength=vocab_size)
     tokens += np.bincount(np.fromiter(itertools.chain.from_iterable(tgt), np.int64),

@@ -82,7 +82,7 @@ def tokenize_pairs(tokenizer: vocab_lib.Tokenizer, pairs: Pairs, max_source_leng
   for start in range(0, len(pairs), chunk):
     part = pairs[start:start + chunk]
     src = tokenizer.encode_batch([p[0] for p in part])
-    tgt = tokenizer.encode_batch([p[1] for p in part])
+    tgt = tokenizer.encode_target_batch([p[1] for p in part])
     if filtering:
       keep_src, keep_tgt = [], []
       for (s_text, t_text), s, t in zip(part, src, tgt):

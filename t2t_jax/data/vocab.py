@@ -3,6 +3,12 @@
 Ids follow the project convention: 0 padding, 1 end of sentence, 2 unknown, no BOS.
 Normalisation is the identity, so `decode(encode(s)) == s` for text whose
 characters the model knows, and what BLEU scores is exactly what the model emits.
+
+An imported model (export/import_marian.py) brings two SentencePiece models over one
+vocabulary: its work directory's `vocab/spm.model` cuts the sources and
+`vocab/target.model` (`TARGET_MODEL`) cuts the targets and puts the outputs back
+together, both re-indexed to the model's ids (`reindexed`). Everything trained here
+has the one shared model, and `Tokenizer` uses it for both sides.
 """
 
 from __future__ import annotations
@@ -24,12 +30,32 @@ from t2t_jax.runtime import lock
 log = logging.getLogger(__name__)
 
 
-class Tokenizer:
-  """Text <-> ids with the shared model; encoded sequences end with EOS."""
+# A vocabulary directory's target-side model, where the target side has its own.
+TARGET_MODEL = "target.model"
+# The files an imported vocabulary came from, kept for the export back
+# (export/import_marian.py writes them); `adopt` copies them with the rest.
+IMPORTED = "imported"
 
-  def __init__(self, model_path: str):
+
+class Tokenizer:
+  """Text <-> ids; encoded sequences end with EOS.
+
+  `sp` cuts sources (`encode`); `target_sp`, the target side's model (`target_path`)
+  or else the same shared model, cuts targets (`encode_target`) and puts outputs
+  back together (`decode`). Both models number the same pieces alike.
+  """
+
+  def __init__(self, model_path: str, target_path: Optional[str] = None):
     self.model_path = model_path
+    self.target_path = target_path
     self.sp = spm.SentencePieceProcessor(model_file=model_path)
+    self.target_sp = self.sp
+    if target_path is not None:
+      self.target_sp = spm.SentencePieceProcessor(model_file=target_path)
+      if self.target_sp.id_to_piece(list(range(self.vocab_size))) != self.sp.id_to_piece(
+          list(range(self.vocab_size))) or self.target_sp.get_piece_size() != self.vocab_size:
+        raise ValueError(f"{target_path} numbers its pieces otherwise than {model_path}: a "
+                         "target model must share the source model's vocabulary")
 
   @property
   def vocab_size(self) -> int:
@@ -40,13 +66,18 @@ class Tokenizer:
 
   def encode_batch(self, texts: Sequence[str], num_threads: int = -1) -> list[list[int]]:
     """Like `encode` for many lines; SentencePiece spreads them over threads."""
-    ids = self.sp.encode(list(texts), num_threads=num_threads)
-    for row in ids:
-      row.append(EOS_ID)
-    return ids
+    return _with_eos(self.sp.encode(list(texts), num_threads=num_threads))
+
+  def encode_target(self, text: str) -> list[int]:
+    """A target sentence's ids, EOS-terminated (the target side's model)."""
+    return self.target_sp.encode(text) + [EOS_ID]
+
+  def encode_target_batch(self, texts: Sequence[str], num_threads: int = -1) -> list[list[int]]:
+    """Like `encode_target` for many lines."""
+    return _with_eos(self.target_sp.encode(list(texts), num_threads=num_threads))
 
   def decode(self, ids: Iterable[int]) -> str:
-    """Text of `ids` up to the first EOS; padding is skipped."""
+    """Text of `ids` up to the first EOS (the target side's model); padding is skipped."""
     out = []
     for i in ids:
       i = int(i)
@@ -54,7 +85,48 @@ class Tokenizer:
         break
       if i != PAD_ID:
         out.append(i)
-    return self.sp.decode(out)
+    return self.target_sp.decode(out)
+
+
+def _with_eos(rows: list[list[int]]) -> list[list[int]]:
+  for row in rows:
+    row.append(EOS_ID)
+  return rows
+
+
+def target_model(directory: str | os.PathLike) -> Optional[str]:
+  """The target side's model in a vocabulary directory (`TARGET_MODEL`), or None (shared)."""
+  path = os.path.join(directory, TARGET_MODEL)
+  return path if os.path.isfile(path) else None
+
+
+def reindexed(model: bytes, pieces: Sequence[str], control: Sequence[str] = ()
+              ) -> tuple[bytes, int]:
+  """A serialised SentencePiece model numbered as `pieces` (piece i gets id i), and how many
+  of its own pieces that left out.
+
+  Its own pieces keep their scores and types, so it cuts text as before; a piece it lacks
+  is UNUSED (never cut, decoded as written), or CONTROL when named in `control`
+  (decoded as nothing). Its pieces not in `pieces` are dropped (SentencePiece then
+  cuts those strings otherwise). Needs protobuf (which orbax-checkpoint brings).
+  """
+  from sentencepiece import sentencepiece_model_pb2  # pylint: disable=import-outside-toplevel
+  proto = sentencepiece_model_pb2.ModelProto()
+  proto.ParseFromString(model)
+  proto.DiscardUnknownFields()  # its self-test samples, which name the old pieces
+  own = {p.piece: p for p in proto.pieces}
+  new = []
+  for piece in pieces:
+    entry = sentencepiece_model_pb2.ModelProto.SentencePiece()
+    if piece in own:
+      entry.CopyFrom(own[piece])
+    else:
+      entry.piece, entry.score = piece, 0.0
+      entry.type = entry.CONTROL if piece in control else entry.UNUSED
+    new.append(entry)
+  del proto.pieces[:]
+  proto.pieces.extend(new)
+  return proto.SerializeToString(), len(set(own) - set(pieces))
 
 
 def _sample_sentences(pairs: Sequence[tuple[str, str]], max_sentences: int,
@@ -165,7 +237,7 @@ def _load_checked(directory: str) -> tuple[Tokenizer, Optional[dict], str]:
     raise ValueError(damaged.format("its checksum differs from the one recorded in "
                                     "spm.json when it was built"))
   try:
-    tokenizer = Tokenizer(model_path)
+    tokenizer = Tokenizer(model_path, target_model(directory))
   except (RuntimeError, OSError) as e:
     raise ValueError(damaged.format(str(e).strip().splitlines()[0] if str(e).strip()
                                     else type(e).__name__)) from None
@@ -232,11 +304,17 @@ def adopt(source_dir: str, directory: str) -> Tokenizer:
                        "into a new work directory")
     return tokenizer
   os.makedirs(directory, exist_ok=True)
-  for name in ("spm.vocab", "spm.json", "spm.model"):  # the model last: it marks a copy done
+  if os.path.isdir(os.path.join(source_dir, IMPORTED)):
+    tmp = os.path.join(directory, f"{IMPORTED}.tmp{os.getpid()}")
+    shutil.rmtree(os.path.join(directory, IMPORTED), ignore_errors=True)
+    shutil.copytree(os.path.join(source_dir, IMPORTED), tmp)
+    os.replace(tmp, os.path.join(directory, IMPORTED))
+  # The model last: it marks a copy done.
+  for name in ("spm.vocab", "spm.json", TARGET_MODEL, "spm.model"):
     source = os.path.join(source_dir, name)
     if os.path.exists(source):
       tmp = os.path.join(directory, f"{name}.tmp{os.getpid()}")
       shutil.copyfile(source, tmp)
       os.replace(tmp, os.path.join(directory, name))
   log.info("Copied the vocabulary of %s into %s", source_dir, directory)
-  return Tokenizer(model_path)
+  return Tokenizer(model_path, target_model(directory))

@@ -78,9 +78,10 @@ def word_of_pieces(text: str, byte_spans: Sequence[tuple[int, int]]) -> list[int
   return words
 
 
-def _processor(tokenizer: Any) -> Any:
-  """`vocab.Tokenizer` or a `sentencepiece.SentencePieceProcessor` -> the processor."""
-  return getattr(tokenizer, "sp", tokenizer)
+def _processor(tokenizer: Any, side: str = "sp") -> Any:
+  """`vocab.Tokenizer` or a `sentencepiece.SentencePieceProcessor` -> the processor of the
+  source side ("sp") or the target side ("target_sp")."""
+  return getattr(tokenizer, side, tokenizer)
 
 
 def encode_words(tokenizer: Any, text: str) -> tuple[list[int], list[int]]:
@@ -96,7 +97,7 @@ def decode_words(tokenizer: Any, ids: Sequence[int]) -> tuple[str, list[int]]:
     # No ids, no text (an empty translation): sentencepiece 0.2.2 (GPU images) cannot make
     # the proto of no ids (a TypeError from its own parser); 0.2.3 returns an empty one.
     return "", []
-  proto = _processor(tokenizer).decode([int(i) for i in ids], return_type="proto")
+  proto = _processor(tokenizer, "target_sp").decode([int(i) for i in ids], return_type="proto")
   spans = [(p.begin, p.end) for p in proto.pieces]
   return proto.text, word_of_pieces(proto.text, spans)
 

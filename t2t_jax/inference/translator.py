@@ -53,11 +53,12 @@ Params = Any
 
 
 def load_tokenizer(workdir: str | os.PathLike) -> vocab.Tokenizer:
-  """The shared SentencePiece model a work directory was trained with (`vocab/spm.model`)."""
+  """The SentencePiece model a work directory was trained with (`vocab/spm.model`), and its
+  target side's where that has its own (an imported model's `vocab/target.model`)."""
   path = pathlib.Path(workdir) / "vocab" / "spm.model"
   if not path.is_file():
     raise FileNotFoundError(f"{path} not found: {workdir_lib.TRAIN_FIRST}")
-  return vocab.Tokenizer(str(path))
+  return vocab.Tokenizer(str(path), vocab.target_model(path.parent))
 
 
 def load_model(path: str | os.PathLike, average: bool = True, **overrides: Any

@@ -29,6 +29,8 @@ class WordTokenizer:
   def encode_batch(self, texts):
     return [[self.ids.get(w, UNK_ID) for w in text.split()] + [EOS_ID] for text in texts]
 
+  encode_target_batch = encode_batch
+
 
 @pytest.fixture
 def tokenizer(tmp_path):

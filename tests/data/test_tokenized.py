@@ -11,10 +11,19 @@ PAIRS = [("a b", "x"), ("", "leer"), ("c d e", "y z w"), ("d e f g", "v"), ("h",
 
 
 class WordIds:
-  """A tokenizer stand-in: one id per word (its length + 3), then EOS."""
+  """A tokenizer stand-in: one id per word (its length + 3), then EOS, on either side."""
 
   def encode_batch(self, texts):
     return [[len(w) + 3 for w in t.split()] + [EOS_ID] for t in texts]
+
+  encode_target_batch = encode_batch
+
+
+class TargetSide(WordIds):
+  """Targets cut by a model of their own (an imported model's): one id per character."""
+
+  def encode_target_batch(self, texts):
+    return [[ord(c) for c in t if c != " "] + [EOS_ID] for t in texts]
 
 
 def _rows(ids, offsets):
@@ -27,6 +36,12 @@ def test_pairs_become_ragged_ids_with_eos_in_order():
   assert _rows(split.src_ids, split.src_offsets) == [[4, 4, EOS_ID], [EOS_ID], [4, 4, 4, EOS_ID],
                                                      [4, 4, 4, 4, EOS_ID], [4, EOS_ID]]
   assert list(split.tgt_lengths) == [2, 2, 4, 2, 1]
+
+
+def test_targets_are_cut_by_the_target_sides_model():
+  split, _ = tokenized.tokenize_pairs(TargetSide(), [("a b", "xy z")])
+  assert _rows(split.src_ids, split.src_offsets) == [[4, 4, EOS_ID]]
+  assert _rows(split.tgt_ids, split.tgt_offsets) == [[ord("x"), ord("y"), ord("z"), EOS_ID]]
 
 
 @pytest.mark.parametrize("chunk", [1, 2, 100_000])

@@ -8,6 +8,7 @@ import subprocess
 import sys
 
 import pytest
+import sentencepiece as spm
 
 from t2t_jax.data import demo
 from t2t_jax.data import vocab
@@ -134,3 +135,80 @@ def test_concurrent_first_runs_train_the_vocabulary_once(tmp_path):
   assert all(p.returncode == 0 for p in processes), [err for _, err in outputs]
   assert sum(out.count("TRAINED") for out, _ in outputs) == 1
   vocab.load(str(tmp_path))
+
+
+# ------------------------------------------------- two models over one vocabulary (imports)
+
+
+def _spm(path, lines, vocab_size):
+  """A SentencePiece model as Marian's are trained (its own ids: <unk> 0, <s> 1, </s> 2)."""
+  path.with_suffix(".txt").write_text("\n".join(lines) + "\n")
+  spm.SentencePieceTrainer.Train(input=str(path.with_suffix(".txt")), model_prefix=str(path),
+                                 vocab_size=vocab_size, character_coverage=1.0, minloglevel=2)
+  return spm.SentencePieceProcessor(model_file=f"{path}.model")
+
+
+@pytest.fixture(scope="module")
+def two_models(corpus, tmp_path_factory):
+  """A vocabulary directory with a source (English) and a target (German) model over one
+  joint vocabulary, numbered ours: <pad> 0, </s> 1, <unk> 2, then the pieces."""
+  root = tmp_path_factory.mktemp("two")
+  source = _spm(root / "source", [en for en, _ in corpus], 150)
+  target = _spm(root / "target", [de for _, de in corpus], 180)
+  own = lambda sp: [sp.id_to_piece(i) for i in range(3, sp.get_piece_size())]
+  pieces = ["<pad>", "</s>", "<unk>"] + sorted(set(own(source)) | set(own(target)))
+  directory = root / "vocab"
+  directory.mkdir()
+  for name, model in (("spm.model", source), (vocab.TARGET_MODEL, target)):
+    data, dropped = vocab.reindexed(model.serialized_model_proto(), pieces, control=["<pad>"])
+    assert dropped == 1                                   # its <s>, which the vocabulary lacks
+    (directory / name).write_bytes(data)
+  (directory / vocab.IMPORTED).mkdir()
+  (directory / vocab.IMPORTED / "vocab.json").write_text("{}")
+  return vocab.load(str(directory)), source, target, pieces
+
+
+def test_sources_are_cut_by_the_source_model_targets_and_outputs_by_the_target_model(
+    two_models, corpus):
+  tokenizer, source, target, pieces = two_models
+  assert tokenizer.vocab_size == len(pieces) and tokenizer.target_path is not None
+  for en, de in corpus[:100]:
+    assert tokenizer.encode(en) == [pieces.index(p) for p in source.encode(en, out_type=str)] \
+        + [EOS_ID]
+    ids = tokenizer.encode_target(de)
+    assert ids == [pieces.index(p) for p in target.encode(de, out_type=str)] + [EOS_ID]
+    assert tokenizer.decode(ids) == de
+  assert tokenizer.encode_batch([en for en, _ in corpus[:5]]) == [
+      tokenizer.encode(en) for en, _ in corpus[:5]]
+  assert tokenizer.encode_target_batch([de for _, de in corpus[:5]]) == [
+      tokenizer.encode_target(de) for _, de in corpus[:5]]
+  # The two models cut the same text differently: each side has its own.
+  text = corpus[0][1]
+  assert tokenizer.encode(text) != tokenizer.encode_target(text)
+  # A piece only the source side has is never cut from a target but decodes as written.
+  only_source = next(i for i, p in enumerate(pieces) if i > 2 and p not in
+                     {target.id_to_piece(j) for j in range(target.get_piece_size())})
+  assert tokenizer.target_sp.is_unused(only_source)
+  assert tokenizer.decode([only_source]) == pieces[only_source].replace("▁", " ").strip()
+  assert tokenizer.decode([0, only_source, 1, 5]) == tokenizer.decode([only_source])
+
+
+def test_a_shared_model_cuts_both_sides(tokenizer, corpus):
+  en, de = corpus[0]
+  assert tokenizer.target_sp is tokenizer.sp and tokenizer.target_path is None
+  assert tokenizer.encode_target(de) == tokenizer.encode(de)
+
+
+def test_adopting_two_models_copies_both_and_the_imported_files(two_models, tmp_path, corpus):
+  tokenizer = two_models[0]
+  again = vocab.adopt(os.path.dirname(tokenizer.model_path), str(tmp_path / "vocab"))
+  assert sorted(os.listdir(tmp_path / "vocab")) == [vocab.IMPORTED, "spm.model",
+                                                     vocab.TARGET_MODEL]
+  assert (tmp_path / "vocab" / vocab.IMPORTED / "vocab.json").read_text() == "{}"
+  de = corpus[3][1]
+  assert again.encode_target(de) == tokenizer.encode_target(de)
+
+
+def test_a_target_model_numbered_otherwise_is_refused(two_models, tokenizer):
+  with pytest.raises(ValueError, match="numbers its pieces otherwise than"):
+    vocab.Tokenizer(two_models[0].model_path, tokenizer.model_path)
