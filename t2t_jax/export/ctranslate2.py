@@ -35,6 +35,7 @@ from t2t_jax.export import huggingface
 from t2t_jax.export import loading
 from t2t_jax.export import weights as weights_lib
 from t2t_jax.model import layers
+from t2t_jax.runtime import workdir as workdir_lib
 
 log = logging.getLogger(__name__)
 
@@ -66,6 +67,23 @@ def _set_ffn(spec: Any, f: weights_lib.FeedForward) -> None:
     linear_spec.weight, linear_spec.bias = linear.weight, linear.bias
 
 
+# The model options of published models (an imported Marian model's) that this export does
+# not write: such a model goes to transformers and through CTranslate2's own converter.
+_PAPERS_ONLY = ("activation", "attention_bias", "output_bias", "position_layout",
+                "layer_norm_epsilon")
+
+
+def check_supported(cfg: configs.TransformerConfig) -> None:
+  """ValueError naming the options this export does not write (an imported model's)."""
+  paper = configs.TransformerConfig()
+  other = [f"{name}={getattr(cfg, name)!r}" for name in _PAPERS_ONLY
+           if getattr(cfg, name) != getattr(paper, name)]
+  if other:
+    raise ValueError(f"the CTranslate2 export writes the paper's model, not one with "
+                     f"{', '.join(other)}: export it with --to huggingface and convert that "
+                     "with ct2-transformers-converter")
+
+
 def ctranslate2_spec(cfg: configs.TransformerConfig, params: Any, tokens: Sequence[str]) -> Any:
   """A ctranslate2 TransformerSpec holding our weights (no permutation), as a converted Marian model.
 
@@ -73,6 +91,7 @@ def ctranslate2_spec(cfg: configs.TransformerConfig, params: Any, tokens: Sequen
   their `</s>` (`add_source_eos` off); <pad> is never generated (its logit biased
   by PAD_LOGIT_BIAS, which leaves every other token's order unchanged).
   """
+  check_supported(cfg)
   specs = loading.require("ctranslate2.specs")
   w = weights_lib.from_params(cfg, params)
   spec = specs.TransformerSpec.from_config(
@@ -154,6 +173,7 @@ def export_ctranslate2(workdir: str | os.PathLike, out_dir: str | os.PathLike,
   """
   loading.require("ctranslate2")
   loading.require("transformers")
+  check_supported(workdir_lib.load_config(workdir))
   cfg, params, spm_path = loading.load_workdir(workdir, average)
   table_path = pathlib.Path(workdir) / shortlist_lib.FILE
   table = (shortlist_lib.load(table_path, vocab.Tokenizer(spm_path)) if table_path.is_file()

@@ -4,6 +4,7 @@
     w = from_params(cfg, params)           # Weights: NumPy float32, [out, in] like torch.nn.Linear
     w.encoder[0].self_attention.query.weight       # [heads * depth, d_model]
     w.decoder[1].cross_attention.out.weight        # [d_model, heads * depth]
+    params = to_params(cfg, w)             # the other way (an imported model: export/import_marian.py)
 
 Both formats (export/huggingface.py, export/ctranslate2.py) build their models
 from `Weights` and never read `params` themselves, so a change of our layout
@@ -18,6 +19,7 @@ from __future__ import annotations
 
 from typing import Any, NamedTuple, Optional
 
+import jax
 import numpy as np
 
 from t2t_jax import configs
@@ -60,6 +62,7 @@ class Weights(NamedTuple):
   embedding: np.ndarray           # [vocab, d_model]: both embeddings and the output projection
   encoder: list[Layer]
   decoder: list[Layer]
+  output_bias: Optional[np.ndarray] = None    # [vocab]; None where ours has none (the paper's)
 
 
 def check_exportable(cfg: configs.TransformerConfig) -> None:
@@ -84,11 +87,16 @@ def _f32(x: Any) -> np.ndarray:
   return np.ascontiguousarray(np.asarray(x, np.float32))
 
 
+_PROJECTIONS = ("query", "key", "value", "out")
+
+
 def _attention(p: Any) -> Attention:
-  """One attention's projections, read through the model's own `MultiHeadAttention.weights`."""
+  """One attention's projections, read through the model's own `MultiHeadAttention.weights`
+  (and `.biases`, None where it has none)."""
   w = attention.MultiHeadAttention.weights(p)              # x @ W, heads major: W [in, out]
-  return Attention(*(Linear(_f32(np.asarray(w[name]).T), None)
-                     for name in ("query", "key", "value", "out")))
+  b = attention.MultiHeadAttention.biases(p)
+  return Attention(*(Linear(_f32(np.asarray(w[name]).T), None if b is None else _f32(b[name]))
+                     for name in _PROJECTIONS))
 
 
 def _dense(p: Any) -> Linear:
@@ -115,4 +123,55 @@ def from_params(cfg: configs.TransformerConfig, params: Any) -> Weights:
     decoder.append(Layer(_attention(p["self_attention"]), _norm(p["norm_self"]),
                          _attention(p["cross_attention"]), _norm(p["norm_cross"]),
                          _ffn(p["ffn"]), _norm(p["norm_ffn"])))
-  return Weights(_f32(params["embedding"]["embedding"]), encoder, decoder)
+  output_bias = _f32(params["output_bias"]) if "output_bias" in params else None
+  return Weights(_f32(params["embedding"]["embedding"]), encoder, decoder, output_bias)
+
+
+# ------------------------------------------------------------------------- the other way
+
+
+def _attention_params(a: Attention, cfg: configs.TransformerConfig) -> dict[str, Any]:
+  """`_attention` inverted: [out, in] maps -> the module's kernels [d, heads, depth] and
+  [heads, depth, d] (and biases [heads, depth], [d])."""
+  heads = cfg.num_heads
+  out = {name: {"kernel": getattr(a, name).weight.T.reshape(cfg.d_model, heads, -1)}
+         for name in ("query", "key", "value")}
+  out["out"] = {"kernel": a.out.weight.T.reshape(heads, -1, cfg.d_model)}
+  for name in _PROJECTIONS:
+    if getattr(a, name).bias is not None:
+      out[name]["bias"] = getattr(a, name).bias.reshape(out[name]["kernel"].shape[-2:]
+                                                        if name != "out" else (cfg.d_model,))
+  return out
+
+
+def _dense_params(linear: Linear) -> dict[str, np.ndarray]:
+  return {"kernel": _f32(linear.weight.T), "bias": _f32(linear.bias)}
+
+
+def _norm_params(n: Norm) -> dict[str, np.ndarray]:
+  return {"scale": _f32(n.scale), "bias": _f32(n.bias)}
+
+
+def to_params(cfg: configs.TransformerConfig, w: Weights) -> dict[str, Any]:
+  """`from_params` inverted: `Weights` as the params of the model `cfg` builds (NumPy float32).
+
+  The caller checks the result's shapes against the model's (`transformer.init_params`).
+  """
+  check_exportable(cfg)
+  ffn = lambda f: {"wi": _dense_params(f.inner), "wo": _dense_params(f.outer)}
+  params: dict[str, Any] = {"embedding": {"embedding": _f32(w.embedding)},
+                            "encoder": {}, "decoder": {}}
+  for i, (enc, dec) in enumerate(zip(w.encoder, w.decoder)):
+    params["encoder"][f"layers_{i}"] = {
+        "self_attention": _attention_params(enc.self_attention, cfg),
+        "norm_attention": _norm_params(enc.self_attention_norm),
+        "ffn": ffn(enc.ffn), "norm_ffn": _norm_params(enc.ffn_norm)}
+    params["decoder"][f"layers_{i}"] = {
+        "self_attention": _attention_params(dec.self_attention, cfg),
+        "norm_self": _norm_params(dec.self_attention_norm),
+        "cross_attention": _attention_params(dec.cross_attention, cfg),
+        "norm_cross": _norm_params(dec.cross_attention_norm),
+        "ffn": ffn(dec.ffn), "norm_ffn": _norm_params(dec.ffn_norm)}
+  if w.output_bias is not None:
+    params["output_bias"] = _f32(w.output_bias)
+  return jax.tree.map(_f32, params)

@@ -14,6 +14,7 @@ import pytest
 
 from export import agreement
 import trained
+from t2t_jax import configs
 from t2t_jax.data import demo
 from t2t_jax.data import shortlist
 from t2t_jax.decoding import batch_decoder
@@ -133,3 +134,11 @@ def test_the_shortlist_is_ctranslate2s_vocabulary_map(extras, ours, trained_work
   assert all(set(row) <= listed for row in theirs)
   same = sum(a == b for a, b in zip(mine, theirs))
   assert same >= len(ids) - 1, f"{same}/{len(ids)} identical: {mine[:2]} {theirs[:2]}"
+
+
+def test_a_model_with_published_models_options_is_refused_naming_them():
+  ctranslate2_lib.check_supported(configs.get_config("base"))
+  with pytest.raises(ValueError, match=r"not one with activation='swish', output_bias=True: "
+                                       r"export it with --to huggingface"):
+    ctranslate2_lib.check_supported(configs.get_config("base", activation="swish",
+                                                       output_bias=True))

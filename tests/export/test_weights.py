@@ -37,3 +37,20 @@ def test_linear_maps_are_our_kernels_as_out_by_in():
   np.testing.assert_allclose(w.encoder[0].ffn.inner.weight.T, ffn["wi"]["kernel"])
   np.testing.assert_array_equal(w.encoder[0].ffn.outer.bias, ffn["wo"]["bias"])
   assert w.encoder[0].cross_attention is None and len(w.decoder) == cfg.num_layers
+
+
+@pytest.mark.parametrize("options", [{}, dict(attention_bias=True, output_bias=True)],
+                         ids=["paper", "biases"])
+def test_to_params_inverts_from_params(options):
+  cfg = configs.get_config("demo", num_layers=2, d_model=16, d_ff=24, num_heads=2,
+                           vocab_size=20, **options)
+  params = jax.device_get(transformer.init_params(cfg.model, jax.random.key(0)))
+  rng = np.random.default_rng(2)
+  params = jax.tree.map(lambda x: x + rng.normal(size=x.shape).astype(np.float32), params)
+  w = weights.from_params(cfg, params)
+  assert (w.output_bias is not None) == cfg.output_bias
+  assert (w.encoder[1].self_attention.value.bias is not None) == cfg.attention_bias
+  back = weights.to_params(cfg, w)
+  shapes = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)
+  assert shapes(back) == shapes(params)
+  jax.tree.map(np.testing.assert_array_equal, back, params)
