@@ -51,3 +51,18 @@ def random_workdir(tmp_path_factory):
   checkpoints and their average (tests/random_run.py), for the translation tests."""
   import random_run  # pylint: disable=import-outside-toplevel  (tests/ is on sys.path)
   return random_run.make(tmp_path_factory.mktemp("random_run"))
+
+
+@pytest.fixture(scope="session")
+def marian_dir(extras, tmp_path_factory):  # pylint: disable=unused-argument
+  """A small MarianMTModel and its MarianTokenizer as save_pretrained writes them, built and
+  trained briefly here (tests/marian.py); the export extra is needed to make it."""
+  import marian  # pylint: disable=import-outside-toplevel  (tests/ is on sys.path)
+  return marian.make(tmp_path_factory.mktemp("marian"))
+
+
+@pytest.fixture(scope="session")
+def imported_workdir(marian_dir, tmp_path_factory):
+  """`marian_dir` imported (export/import_marian.py): a work directory the tests read only."""
+  from t2t_jax.export import import_marian  # pylint: disable=import-outside-toplevel
+  return import_marian.import_marian(marian_dir, tmp_path_factory.mktemp("imported") / "run")

@@ -107,8 +107,9 @@ def reindexed(model: bytes, pieces: Sequence[str], control: Sequence[str] = ()
 
   Its own pieces keep their scores and types, so it cuts text as before; a piece it lacks
   is UNUSED (never cut, decoded as written), or CONTROL when named in `control`
-  (decoded as nothing). Its pieces not in `pieces` are dropped (SentencePiece then
-  cuts those strings otherwise). Needs protobuf (which orbax-checkpoint brings).
+  (decoded as nothing). Its pieces not in `pieces` are dropped, and the count is of
+  those it could cut text into (control pieces such as <s> aside): SentencePiece cuts
+  their strings otherwise. Needs protobuf (which orbax-checkpoint brings).
   """
   from sentencepiece import sentencepiece_model_pb2  # pylint: disable=import-outside-toplevel
   proto = sentencepiece_model_pb2.ModelProto()
@@ -126,7 +127,8 @@ def reindexed(model: bytes, pieces: Sequence[str], control: Sequence[str] = ()
     new.append(entry)
   del proto.pieces[:]
   proto.pieces.extend(new)
-  return proto.SerializeToString(), len(set(own) - set(pieces))
+  left_out = [p for name, p in own.items() if name not in set(pieces) and p.type != p.CONTROL]
+  return proto.SerializeToString(), len(left_out)
 
 
 def _sample_sentences(pairs: Sequence[tuple[str, str]], max_sentences: int,

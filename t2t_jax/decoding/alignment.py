@@ -84,9 +84,10 @@ def _processor(tokenizer: Any, side: str = "sp") -> Any:
   return getattr(tokenizer, side, tokenizer)
 
 
-def encode_words(tokenizer: Any, text: str) -> tuple[list[int], list[int]]:
-  """The ids of `text` (without EOS) and the word of `text.split()` each one belongs to."""
-  proto = _processor(tokenizer).encode(text, return_type="proto")
+def encode_words(tokenizer: Any, text: str, target: bool = False) -> tuple[list[int], list[int]]:
+  """The ids of `text` (without EOS) and the word of `text.split()` each one belongs to;
+  `target`: cut as a target sentence (the target side's model)."""
+  proto = _processor(tokenizer, "target_sp" if target else "sp").encode(text, return_type="proto")
   spans = [(p.begin, p.end) for p in proto.pieces]
   return [p.id for p in proto.pieces], word_of_pieces(text, spans)
 

@@ -22,8 +22,9 @@ from t2t_jax.ids import UNK_ID
 
 log = logging.getLogger(__name__)
 
-# Text -> (ids without EOS, the word of each id): decoding/alignment.py's `encode_words`.
-Words = Callable[[vocab.Tokenizer, str], tuple[list[int], list[int]]]
+# (tokenizer, text, target) -> (ids without EOS, the word of each id):
+# decoding/alignment.py's `encode_words`.
+Words = Callable[[vocab.Tokenizer, str, bool], tuple[list[int], list[int]]]
 
 
 def known_ids(tokenizer: vocab.Tokenizer, ids: Sequence[int]) -> list[int]:
@@ -56,18 +57,20 @@ def source_pieces(tokenizer: vocab.Tokenizer, line: str) -> int:
 
 
 def encode_line(tokenizer: vocab.Tokenizer, line: str, limit: int, number: int,
-                warn: Callable[[str], None] = log.warning,
-                words: Optional[Words] = None) -> tuple[list[int], Optional[list[int]]]:
+                warn: Callable[[str], None] = log.warning, words: Optional[Words] = None,
+                target: bool = False) -> tuple[list[int], Optional[list[int]]]:
   """Source ids of one line without EOS ([] when blank), cut to `limit`; and, with `words`,
   the word each id belongs to (else None). `number` (1-based) names the line in the
-  warning about a cut."""
+  warning about a cut. `target`: the line is a target sentence, cut by the target side's
+  model (`vocab.Tokenizer.encode_target`)."""
   line = _valid(line)
   if not line.strip():
     return [], [] if words is not None else None
   if words is not None:
-    ids, found = words(tokenizer, line)
+    ids, found = words(tokenizer, line, target)
   else:
-    ids, found = tokenizer.encode(line)[:-1], None                   # without the EOS
+    encode = tokenizer.encode_target if target else tokenizer.encode
+    ids, found = encode(line)[:-1], None                             # without the EOS
   if len(ids) > limit:
     warn(f"line {number} has {len(ids)} pieces; truncated to the model's {limit} "
          f"(max_len={limit + 1} positions, one kept for EOS)")

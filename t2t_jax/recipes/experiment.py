@@ -110,9 +110,11 @@ def _run(cfg: configs.TransformerConfig, workdir: pathlib.Path,
 #     run(cfg, workdir, init_params=params)
 
 
-# The fields that decide the parameters' shapes and how text becomes ids.
+# The fields that decide the parameters' shapes, what they compute and how text becomes ids.
 SHAPE_FIELDS = ("vocab_size", "vocab_type", "num_layers", "d_model", "d_ff", "num_heads",
-                "key_depth", "value_depth", "share_embeddings", "positional_encoding")
+                "key_depth", "value_depth", "share_embeddings", "positional_encoding",
+                "activation", "attention_bias", "output_bias", "position_layout",
+                "layer_norm_epsilon")
 
 
 def _shape(cfg: configs.TransformerConfig) -> dict[str, Any]:

@@ -111,7 +111,14 @@ def average_checkpoints(workdir: str | os.PathLike, last: int = 5) -> PyTree:
   return averaged
 
 
-def _write_averaged(directory: pathlib.Path, params: PyTree, steps: Sequence[int]) -> None:
+def write_params(workdir: str | os.PathLike, params: PyTree, source: str) -> None:
+  """Parameters made elsewhere (an imported model's) as `workdir`'s averaged params of step 0,
+  which every command loads (`load_params`); `source` says where they came from."""
+  _write_averaged(pathlib.Path(workdir).absolute() / AVERAGED_DIR, params, [0], source)
+
+
+def _write_averaged(directory: pathlib.Path, params: PyTree, steps: Sequence[int],
+                    source: Optional[str] = None) -> None:
   """Writes a params-only checkpoint named after the newest averaged step."""
   options = ocp.CheckpointManagerOptions(
       preservation_policy=checkpoint_managers.LatestN(1), enable_async_checkpointing=False,
@@ -123,7 +130,7 @@ def _write_averaged(directory: pathlib.Path, params: PyTree, steps: Sequence[int
     manager.save(steps[-1], force=True, args=ocp.args.Composite(
         params=ocp.args.StandardSave(params),
         info=ocp.args.JsonSave({"averaged_steps": list(steps),
-                                "source": str(directory.parent / CHECKPOINT_DIR)})))
+                                "source": source or str(directory.parent / CHECKPOINT_DIR)})))
 
 
 def _load_averaged(directory: pathlib.Path, with_params: bool = True

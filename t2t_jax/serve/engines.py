@@ -79,7 +79,7 @@ def _search(engine: "JaxEngine | CTranslate2Engine", settings: Settings) -> batc
 
 def _count_pieces(engine: "Engine", text: str) -> int:
   """Pieces of an output (without EOS): the target tokens the metrics count."""
-  return len(engine.tokenizer.encode(text)) - 1 if text.strip() else 0
+  return len(engine.tokenizer.encode_target(text)) - 1 if text.strip() else 0
 
 
 def _source_tokens(engine: "Engine", line: str) -> int:
@@ -323,7 +323,7 @@ def attention(translator: inference.Translator, source: str, target: str, *, lay
   source_ids, source_words = text_lib.encode_line(translator.tokenizer, source, limit, 1,
                                                   words=alignment.encode_words)
   target_ids, target_words = text_lib.encode_line(translator.tokenizer, target, limit, 1,
-                                                  words=alignment.encode_words)
+                                                  words=alignment.encode_words, target=True)
   if not source_ids or not target_ids:
     raise ValueError("source and target must both have words")
   inputs = sentence_batches.source_rows([source_ids], 1, cfg.max_len)

@@ -36,6 +36,16 @@ def test_average_equals_numpy_mean_and_load_params(tmp_path, caplog):
   assert_trees_equal(averaging.load_params(tmp_path), all_five)
 
 
+def test_params_made_elsewhere_load_as_the_averaged_params_of_step_0(tmp_path, caplog):
+  params = jax.device_get(make_state(7).params)
+  averaging.write_params(tmp_path, params, source="an imported model")
+  caplog.set_level(logging.INFO, logger="t2t_jax.runtime.averaging")
+  assert_trees_equal(averaging.load_params(tmp_path), params)
+  assert averaging.averaged_steps(tmp_path) == [0] and "[0]" in caplog.text
+  with pytest.raises(FileNotFoundError, match="no checkpoints"):
+    averaging.load_params(tmp_path, averaged=False)
+
+
 def test_average_skips_a_corrupt_checkpoint(tmp_path):
   save_steps(tmp_path, [1, 2, 3, 4], cfg=CFG.replace(average_last=4))
   truncate(tmp_path / "checkpoints" / "3")
