@@ -53,3 +53,21 @@ def test_attention_notebook_trains_translates_and_plots(tmp_path):
   assert len(images) == 5
   assert (tmp_path / "config.json").exists()
   assert any((tmp_path / "checkpoints").iterdir())
+
+
+def test_attention_notebook_takes_an_imported_model(imported_workdir):
+  """A published model imported with t2t-import (tests/marian.py's Marian model): loaded,
+  not trained; its target pieces cut by its own target model."""
+  env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
+  env.update(T2T_NOTEBOOK_WORKDIR=str(imported_workdir), T2T_NOTEBOOK_SENTENCE="My dog can sing.",
+             T2T_NOTEBOOK_QUERY="dog",
+             PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
+  nb = nbformat.read(NOTEBOOK, as_version=4)
+  NotebookClient(nb, timeout=240, kernel_name="python3",
+                 resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute(env=env)
+  text = "".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
+                 for out in cell.outputs)
+  assert "No trained model" not in text and "translation: " in text
+  assert "encoder_self     (2, 4," in text
+  assert sum(any("image/png" in out.get("data", {}) for out in cell.outputs)
+             for cell in nb.cells if cell.cell_type == "code") == 5
