@@ -200,13 +200,16 @@ def test_what_is_not_a_marian_model_is_refused_in_one_line_and_nothing_is_writte
 def test_a_failure_while_writing_leaves_nothing_and_a_used_workdir_is_refused(
     marian_dir, tmp_path, monkeypatch):
   workdir = tmp_path / "runs" / "imported"
+  seen = []
 
   def fail(*args, **kwargs):
+    seen.append(workdir.exists())     # it appears whole, by a rename, or not at all
     raise OSError("disk full")
 
   monkeypatch.setattr(import_marian.averaging, "write_params", fail)
   with pytest.raises(OSError, match="disk full"):
     import_marian.import_marian(marian_dir, workdir)
+  assert seen == [False]
   assert not workdir.exists() and list((tmp_path / "runs").iterdir()) == []
   workdir.mkdir()
   (workdir / "config.json").write_text("{}")
