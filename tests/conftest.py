@@ -54,11 +54,23 @@ def random_workdir(tmp_path_factory):
 
 
 @pytest.fixture(scope="session")
-def marian_dir(extras, tmp_path_factory):  # pylint: disable=unused-argument
+def marian_dir(extras, tmp_path_factory, request):  # pylint: disable=unused-argument
   """A small MarianMTModel and its MarianTokenizer as save_pretrained writes them, built and
-  trained briefly here (tests/marian.py); the export extra is needed to make it."""
+  trained briefly here (tests/marian.py); the export extra is needed to make it.
+
+  Under pytest-xdist the workers of one run share it (made once, under a file lock, in the
+  run's own temporary directory): it takes about 20 s to make.
+  """
+  import filelock  # pylint: disable=import-outside-toplevel
   import marian  # pylint: disable=import-outside-toplevel  (tests/ is on sys.path)
-  return marian.make(tmp_path_factory.mktemp("marian"))
+  if not hasattr(request.config, "workerinput"):
+    return marian.make(tmp_path_factory.mktemp("marian"))
+  shared = tmp_path_factory.getbasetemp().parent       # this run's, above each worker's
+  with filelock.FileLock(str(shared / "marian.lock")):
+    if not (shared / "marian" / "config.json").is_file():
+      marian.make(shared / "marian.partial")
+      (shared / "marian.partial").rename(shared / "marian")
+  return shared / "marian"
 
 
 @pytest.fixture(scope="session")
