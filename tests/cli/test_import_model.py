@@ -20,6 +20,7 @@ from t2t_jax.cli import import_model
 from t2t_jax.cli import shortlist
 from t2t_jax.cli import train
 from t2t_jax.cli import translate
+from t2t_jax.data import demo
 from t2t_jax.export import huggingface
 from t2t_jax.inference import translator as translator_lib
 from t2t_jax.runtime import averaging
@@ -83,7 +84,7 @@ def test_what_is_not_a_marian_model_is_one_line_and_status_1(marian_dir, tmp_pat
 def test_finetune_lowers_the_dev_loss_on_other_text_and_the_result_translates(
     imported_workdir, tmp_path, capsys):
   # Other text: longer sentences (7-9 words) than the model was trained on (3-6).
-  pairs = marian.demo.generate(336, seed=5, min_words=7, max_words=9)
+  pairs = demo.generate(336, seed=5, min_words=7, max_words=9)
   dev, rest = pairs[:16], pairs[16:]
   files = {}
   for split, chunk in (("train", rest), ("dev", dev)):
