@@ -125,15 +125,12 @@ def _timed(fn, repeats: int) -> tuple[float, float, object]:
 
 
 # (search, driver, model): the modules holding `_beam_decode`, `decode_ids` and
-# `init_params` in each layout, newest first; the last is the flat t2t_jax/decode.py
-# of before the subpackages (5ffbee3).
+# `init_params` in each layout, newest first; the last is the layout before issue 46
+# (b8fa0e0), the starting point of today's comparisons.
 _LAYOUTS = (("t2t_jax.decoding.batch_decoder", "t2t_jax.decoding.sentence_batches",
              "t2t_jax.model.transformer"),
             ("t2t_jax.decoding.batch_decoder", "t2t_jax.inference.sentence_batches",
-             "t2t_jax.model.transformer"),
-            ("t2t_jax.decoding.batch", "t2t_jax.decoding.batch", "t2t_jax.model.transformer"),
-            ("t2t_jax.decoding.decode", "t2t_jax.decoding.decode", "t2t_jax.model.transformer"),
-            ("t2t_jax.decode", "t2t_jax.decode", "t2t_jax.model"))
+             "t2t_jax.model.transformer"))
 
 
 def _driver():
@@ -153,21 +150,16 @@ def _driver():
   else:
     search, driver, model = map(importlib.import_module, _LAYOUTS[-1])
   accepted = inspect.signature(search._beam_decode).parameters
-  # No sentence stops early in `random`, so there is nothing to narrow; min_len is
-  # the default of the checkouts that have it (no empty translation).
-  fixed = {"narrow_batch": False, "min_len": 1}
-  fixed = {k: v for k, v in fixed.items() if k in accepted}
 
   def beam_decode(params, inputs, max_lens, cfg, cached=True, **settings):
-    if "cached" in accepted:
+    # min_len 1: no empty translation, the default of both layouts.
+    if "cached" in accepted:    # the older layout: the uncached reference behind a flag
       settings["cached"] = cached
-    elif not cached:  # the uncached reference is a module of its own
+    elif not cached:            # the uncached reference is a module of its own
       uncached = importlib.import_module("t2t_jax.decoding.uncached")
       return uncached._beam(params, inputs, max_lens, cfg=cfg.model, min_len=1, **settings)
-    if "models" in accepted:  # one model of an ensemble's tuple
-      return search._beam_decode((params,), inputs, max_lens, models=(cfg.model,), **fixed,
-                                 **settings)
-    return search._beam_decode(params, inputs, max_lens, cfg=cfg, **fixed, **settings)
+    return search._beam_decode((params,), inputs, max_lens, models=(cfg.model,), min_len=1,
+                               **settings)
 
   return driver.decode_ids, beam_decode, model
 

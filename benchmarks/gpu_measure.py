@@ -57,6 +57,24 @@ PACKAGE_PREFIXES = ("jax", "flax", "optax", "orbax", "numpy", "nvidia-", "libtpu
                     "sentencepiece", "tensorstore")
 
 
+# What the parts import (a GPU image may lack some): checked once, first, by name.
+NEEDED = ("jax", "jaxlib", "flax", "optax", "orbax.checkpoint", "numpy", "sentencepiece",
+          "sacrebleu", "tqdm", "absl", "filelock", "matplotlib")
+
+
+def missing_modules(names: tuple[str, ...] = NEEDED) -> list[str]:
+  """The modules of `names` this Python cannot import (found by name: nothing is imported,
+  so this process still never starts JAX)."""
+  import importlib.util  # pylint: disable=import-outside-toplevel
+
+  def found(name):
+    try:
+      return importlib.util.find_spec(name) is not None
+    except ModuleNotFoundError:   # a dotted name whose package is absent
+      return False
+  return [name for name in names if not found(name)]
+
+
 @dataclasses.dataclass(frozen=True)
 class Part:
   name: str
@@ -431,6 +449,11 @@ def main() -> None:
     sys.path.insert(0, str(_ROOT))
     worker(args)
     return
+  missing = missing_modules()
+  if missing:
+    sys.exit(f"gpu_measure: {', '.join(missing)} cannot be imported here; install "
+             f"{'it' if len(missing) == 1 else 'them'} (pip install -r requirements-core.txt "
+             "takes the tested ranges) and run again: no part was run")
   wanted = set(args.parts.split(","))
   unknown = wanted - {p.name for p in PARTS}
   if unknown:

@@ -23,6 +23,7 @@ NOT_INSTALLED = " is not installed; to run these tests: "
 
 # The modules each extra's tests import (setup.py's extras; requirements-<extra>.txt).
 MODULES = {
+    "wmt": ("tensorflow", "tensorflow_datasets", "sacremoses", "tensorboardX"),
     "export": ("torch", "transformers", "safetensors", "ctranslate2"),
     "serve": ("fastapi", "starlette", "pydantic", "uvicorn", "httptools", "uvloop",
               "prometheus_client", "selenium"),
@@ -48,6 +49,13 @@ def skip_if_missing(extra: str, *modules: str) -> None:
   reason = missing(extra, modules or None)
   if reason is not None:
     pytest.skip(reason)
+
+
+def skip_module_if_missing(extra: str, *modules: str) -> None:
+  """`skip_if_missing` for a whole test file, called at its top before it imports them."""
+  reason = missing(extra, modules or None)
+  if reason is not None:
+    pytest.skip(reason, allow_module_level=True)
 
 
 def required(extra: Optional[str] = None) -> bool:

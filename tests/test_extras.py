@@ -68,3 +68,12 @@ def test_ci_can_require_some_extras_by_name(tmp_path):
   assert run.returncode == 1 and "1 failed, 1 passed" in run.stdout, run.stdout
   run = _run(tmp_path, "served", require="serve")
   assert run.returncode == 2 and "T2T_JAX_REQUIRE_EXTRAS is set" in run.stdout, run.stdout
+
+
+def test_every_skip_for_something_not_installed_goes_through_the_one_guard():
+  """A skip of its own (pytest's importorskip) would pass CI's T2T_JAX_REQUIRE_EXTRAS unseen."""
+  own_skip = "pytest." + "importorskip("
+  own = [f"{path.relative_to(TESTS)}:{number}" for path in sorted(TESTS.rglob("*.py"))
+         for number, line in enumerate(path.read_text().splitlines(), 1) if own_skip in line]
+  assert not own, ("skip through tests/extras.py (skip_if_missing, skip_module_if_missing): "
+                   + ", ".join(own))

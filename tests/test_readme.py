@@ -20,7 +20,18 @@ def test_ci_runs_the_readme_test_command():
   ci = (ROOT / ".ci" / "run").read_text()
   assert commands[0] in ci
   # CI installs every extra: there a test that skips for one fails (tests/extras.py).
-  assert re.search(r"^export T2T_JAX_REQUIRE_EXTRAS=1$", ci, re.M)
+  assert re.search(r"^\s*export T2T_JAX_REQUIRE_EXTRAS=1$", ci, re.M)
+
+
+def test_every_ci_step_runs_under_a_time_limit_of_its_own():
+  ci = (ROOT / ".ci" / "run").read_text()
+  limits = dict(re.findall(r"\[(\w+)\]=(\d+)", re.search(r"declare -A LIMITS=\((.*?)\)", ci).group(1)))
+  steps = re.findall(r"^run_step (\w+) ", ci, re.M)
+  assert len(steps) >= 4 and all(step in limits for step in steps), (steps, limits)
+  assert sum(int(limits[step]) for step in steps) <= 85, limits   # CI's limit is 90 minutes
+  # Outside run_step nothing runs a test.
+  outside = [line for line in ci.splitlines() if "pytest" in line and line.startswith(("python", "XLA"))]
+  assert not outside, outside
 
 
 def test_first_command_runs_the_demo_script():

@@ -1,5 +1,6 @@
-"""The console scripts and the one command-line parser (`flags`) they share."""
+"""The console scripts and the one command-line parser (`flags`) they share, with how a command
+ends (`exits`)."""
 
 # Its public modules (any other module is a part of these).
-__all__ = ["average", "bleu", "compile", "constituency_parsing", "export", "flags", "import_model",
-           "multi30k", "serve", "shortlist", "table3", "train", "translate"]
+__all__ = ["average", "bleu", "compile", "exits", "export", "flags", "import_model", "serve",
+           "shortlist", "train", "translate"]

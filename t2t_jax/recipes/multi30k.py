@@ -5,7 +5,7 @@ ship the model (float32, int8, the lexical shortlist, both) and score each with 
     argv = multi30k.train_argv("runs/multi30k", data.multi30k.fetch("data/multi30k"))
     modes = multi30k.compare_modes("runs/multi30k", "data/multi30k/test.en,data/multi30k/test.de")
 
-(`cli/multi30k.py` runs the three steps; `experiments/multi30k.py` is that command.)
+(`experiments/multi30k.py` runs the three steps.)
 `compare_modes` builds the shortlist from the run's training data where the work
 directory has none (`t2t-shortlist`'s defaults), and writes WORKDIR/modes.json: per mode the three BLEU scores, how many test
 lines are the same as float32's, and the seconds the whole test set took once its

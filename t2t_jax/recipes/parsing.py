@@ -1,7 +1,7 @@
 """English constituency parsing as translation (section 6.3, Table 4) on your Penn Treebank.
 
 The command and its flags (`--treebank_dir` or `--train/--dev/--test`,
-`--workdir`): cli/constituency_parsing.py, run as `python experiments/parsing_wsj.py`.
+`--workdir`): `python experiments/parsing_wsj.py`.
 
 The Penn Treebank is licensed, so nothing here ships it. A treebank directory
 holds either

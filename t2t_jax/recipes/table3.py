@@ -2,8 +2,7 @@
 
 The rows are base, A1..A4, B1, B2, C1..C7, D1..D4, E and big (Table 3's rows in
 the paper's order; presets in t2t_jax/configs.py). The command and its flags
-(`--rows`, `--steps`, `--dataset`, `--param_counts`): cli/table3.py, run as
-`python experiments/table3.py`.
+(`--rows`, `--steps`, `--dataset`, `--param_counts`): `python experiments/table3.py`.
 
 Each row trains in `<workdir>/<row>` with the paper's Table 3 protocol: dev
 perplexity per word-piece (unsmoothed) from the final evaluation, dev BLEU with

@@ -83,3 +83,24 @@ def test_a_part_that_raises_writes_its_error_and_the_command_fails(tmp_path):
     assert record["error"].startswith("ValueError: no TPU found"), record
   assert "1 of 3 parts measured, 2 failed, 0 skipped" in result.stdout
   assert "train: ERROR ValueError: no TPU found" in result.stdout
+
+
+def test_a_missing_package_stops_the_run_at_once_in_one_line(tmp_path):
+  assert gpu_measure["missing_modules"](("json", "t2t_jax_no_such_module", "no_such.pkg")) == [
+      "t2t_jax_no_such_module", "no_such.pkg"]
+  assert gpu_measure["missing_modules"]() == []          # this stack has them all
+  # An image without flax: one line, no part run, nothing written.
+  shadow = tmp_path / "shadow"
+  shadow.mkdir()
+  (shadow / "sitecustomize.py").write_text(
+      "import importlib.util, sys\n"
+      "find = importlib.util.find_spec\n"
+      "importlib.util.find_spec = lambda name, *a: None if name == 'flax' else find(name, *a)\n")
+  out = tmp_path / "out"
+  result = subprocess.run([sys.executable, str(SCRIPT), str(out), "--toy", "--device=cpu"],
+                          capture_output=True, text=True, cwd=ROOT, timeout=120,
+                          env={**os.environ, "PYTHONPATH": f"{shadow}{os.pathsep}{ROOT}"})
+  assert result.returncode == 1
+  lines = result.stderr.strip().splitlines()
+  assert len(lines) == 1 and lines[0].startswith("gpu_measure: flax cannot be imported here")
+  assert not (out / "figures.jsonl").exists()

@@ -5,7 +5,9 @@ import shutil
 
 import pytest
 
-pytest.importorskip("fastapi", reason="the serve extra: pip install -e '.[serve]'")
+import extras as extras_lib
+
+extras_lib.skip_module_if_missing("serve", "fastapi")
 
 from t2t_jax.cli import serve  # noqa: E402  (after the skip)
 from t2t_jax.data import shortlist  # noqa: E402

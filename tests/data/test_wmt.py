@@ -10,11 +10,13 @@ import socket
 
 import pytest
 
+import extras as extras_lib
 from t2t_jax import configs
 from t2t_jax.data import dataset
 from t2t_jax.data import wmt
 
-tfds = pytest.importorskip("tensorflow_datasets")
+extras_lib.skip_module_if_missing("wmt", "tensorflow_datasets")
+import tensorflow_datasets as tfds  # noqa: E402  (after the skip)
 import tree  # noqa: E402  (installed with tensorflow-datasets)
 
 URLS = {

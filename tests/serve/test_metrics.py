@@ -1,10 +1,6 @@
 """serve/metrics.py: what a server's Prometheus page counts, and one registry per server."""
 
-import pytest
-
-pytest.importorskip("prometheus_client", reason="the serve extra: pip install -e '.[serve]'")
-
-from t2t_jax.serve import metrics as metrics_lib  # noqa: E402  (after the skip)
+from t2t_jax.serve import metrics as metrics_lib
 
 
 def _values(metrics) -> dict[str, float]:

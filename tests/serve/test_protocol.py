@@ -3,9 +3,7 @@ the field, the line or the limit (the answers over HTTP: tests/serve/test_app.py
 
 import pytest
 
-pytest.importorskip("pydantic", reason="the serve extra: pip install -e '.[serve]'")
-
-from t2t_jax.serve import protocol  # noqa: E402  (after the skip)
+from t2t_jax.serve import protocol
 
 LIMITS = protocol.Limits(max_lines=2, max_chars=5, max_beam=4)
 

@@ -1,4 +1,4 @@
-"""The Table 3 command (experiments/table3.py): two rows end to end on a tiny demo run, ours
+"""experiments/table3.py: two rows end to end on a tiny demo run, ours
 beside the paper; its flags' errors; `--param_counts`."""
 
 import json
@@ -9,11 +9,13 @@ import sys
 
 import pytest
 
+import scripts  # tests/scripts.py
 from t2t_jax import configs
-from t2t_jax.cli import table3
 from t2t_jax.configs import count_params, get_config
 from t2t_jax.data import demo
 from t2t_jax.recipes import paper
+
+table3 = scripts.load("table3")
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -1,20 +1,22 @@
-"""The parsing command (experiments/parsing_wsj.py): a treebank to a trained parser and its F1,
+"""experiments/parsing_wsj.py: a treebank to a trained parser and its F1,
 end to end on a tiny run; its flags' errors."""
 
 import json
 
 import pytest
 
-import treebanks  # tests/ is on sys.path
-from t2t_jax.cli import constituency_parsing
+import scripts  # tests/ is on sys.path
+import treebanks
 from t2t_jax.recipes import parsing
 from t2t_jax.recipes import treebank
+
+parsing_wsj = scripts.load("parsing_wsj")
 
 
 def test_parsing_pipeline_end_to_end(tmp_path):
   treebanks.write_treebank(tmp_path / "treebank", "named")
   workdir = tmp_path / "run"
-  out = constituency_parsing.main([
+  out = parsing_wsj.main([
       f"--treebank_dir={tmp_path / 'treebank'}", f"--workdir={workdir}",
       "--config.num_layers=1", "--config.d_model=32", "--config.d_ff=64",
       "--config.num_heads=2", "--config.vocab_size=80", "--config.num_train_steps=1",
@@ -45,7 +47,7 @@ def test_parsing_pipeline_end_to_end(tmp_path):
 
 def test_a_missing_treebank_or_no_files_end_in_one_line(tmp_path, capsys):
   with pytest.raises(SystemExit, match="licensed"):
-    constituency_parsing.main([f"--treebank_dir={tmp_path / 'missing'}"])
+    parsing_wsj.main([f"--treebank_dir={tmp_path / 'missing'}"])
   with pytest.raises(SystemExit):
-    constituency_parsing.main([])
+    parsing_wsj.main([])
   assert "--treebank_dir" in capsys.readouterr().err
