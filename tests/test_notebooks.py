@@ -20,6 +20,23 @@ TINY = ("--config.num_layers=2 --config.d_model=32 --config.d_ff=64 --config.num
         "--config.checkpoint_every_steps=4 --config.beam_size=2 --config.max_decode_extra=10")
 
 
+def _run_notebook(**settings: str) -> tuple[str, int]:
+  """The notebook run top to bottom with `settings` (T2T_NOTEBOOK_*) in its environment: its
+  printed text and how many of its cells drew a picture."""
+  env = {k: v for k, v in os.environ.items()
+         # Without pytest's marker the kernel handles file descriptors as under Jupyter.
+         if k != "PYTEST_CURRENT_TEST"}
+  env.update(settings,
+             PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
+  nb = nbformat.read(NOTEBOOK, as_version=4)
+  NotebookClient(nb, timeout=240, kernel_name="python3",
+                 resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute(env=env)
+  code = [cell for cell in nb.cells if cell.cell_type == "code"]
+  text = "".join(out.get("text", "") for cell in code for out in cell.outputs)
+  images = sum(any("image/png" in out.get("data", {}) for out in cell.outputs) for cell in code)
+  return text, images
+
+
 def test_notebook_is_committed_without_outputs():
   nb = nbformat.read(NOTEBOOK, as_version=4)
   nbformat.validate(nb)
@@ -32,25 +49,14 @@ def test_attention_notebook_trains_translates_and_plots(tmp_path):
   # A small demo corpus in place, so that the run does not generate the full one.
   demo.write_corpus(str(tmp_path / "data" / "demo"), num_train=800, num_dev=16,
                            num_test=16)
-  env = {k: v for k, v in os.environ.items()
-         # Without pytest's marker the kernel handles file descriptors as under Jupyter.
-         if k != "PYTEST_CURRENT_TEST"}
-  env.update(T2T_NOTEBOOK_WORKDIR=str(tmp_path), T2T_NOTEBOOK_STEPS="1",
-             T2T_NOTEBOOK_CONFIG_ARGS=TINY, T2T_NOTEBOOK_LAYER="1",
-             PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
-  nb = nbformat.read(NOTEBOOK, as_version=4)
-  NotebookClient(nb, timeout=240, kernel_name="python3",
-                 resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute(env=env)
-
-  text = "".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
-                 for out in cell.outputs)
+  text, images = _run_notebook(
+      T2T_NOTEBOOK_WORKDIR=str(tmp_path), T2T_NOTEBOOK_STEPS="1",
+      T2T_NOTEBOOK_CONFIG_ARGS=TINY, T2T_NOTEBOOK_LAYER="1")
   assert "training 1 steps" in text
   assert "translation:" in text
   assert "encoder_self     (2, 4," in text
-  images = [cell for cell in nb.cells if cell.cell_type == "code"
-            and any("image/png" in out.get("data", {}) for out in cell.outputs)]
   # Heads, one token across heads, alignment (mean and one head), decoder self-attention.
-  assert len(images) == 5
+  assert images == 5
   assert (tmp_path / "config.json").exists()
   assert any((tmp_path / "checkpoints").iterdir())
 
@@ -58,16 +64,9 @@ def test_attention_notebook_trains_translates_and_plots(tmp_path):
 def test_attention_notebook_takes_an_imported_model(imported_workdir):
   """A published model imported with t2t-import (tests/marian.py's Marian model): loaded,
   not trained; its target pieces cut by its own target model."""
-  env = {k: v for k, v in os.environ.items() if k != "PYTEST_CURRENT_TEST"}
-  env.update(T2T_NOTEBOOK_WORKDIR=str(imported_workdir), T2T_NOTEBOOK_SENTENCE="My dog can sing.",
-             T2T_NOTEBOOK_QUERY="dog",
-             PYTHONPATH=os.pathsep.join(filter(None, [str(ROOT), env.get("PYTHONPATH")])))
-  nb = nbformat.read(NOTEBOOK, as_version=4)
-  NotebookClient(nb, timeout=240, kernel_name="python3",
-                 resources={"metadata": {"path": str(ROOT / "notebooks")}}).execute(env=env)
-  text = "".join(out.get("text", "") for cell in nb.cells if cell.cell_type == "code"
-                 for out in cell.outputs)
+  text, images = _run_notebook(
+      T2T_NOTEBOOK_WORKDIR=str(imported_workdir), T2T_NOTEBOOK_SENTENCE="My dog can sing.",
+      T2T_NOTEBOOK_QUERY="dog")
   assert "No trained model" not in text and "translation: " in text
   assert "encoder_self     (2, 4," in text
-  assert sum(any("image/png" in out.get("data", {}) for out in cell.outputs)
-             for cell in nb.cells if cell.cell_type == "code") == 5
+  assert images == 5
