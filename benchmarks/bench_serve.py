@@ -53,7 +53,7 @@ START_TIMEOUT = 3600  # seconds: a cold warm-up compiles dozens of programs
 class _Client:
   """One keep-alive connection of the load runs' clients, which all run on one asyncio
   thread: threads of http.client took more CPU, which the server then lacks on a machine
-  of few cores (docs/benchmarks.md, "Serving, 2026-11-26", the front)."""
+  of few cores (docs/benchmarks.md, "Serving", the front)."""
 
   LENGTH = re.compile(rb"\r\ncontent-length: *(\d+)", re.IGNORECASE)
 

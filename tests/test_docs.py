@@ -60,7 +60,7 @@ def test_no_doc_names_a_path_of_the_machine_it_was_written_on(path):
 
 def test_the_code_points_at_benchmark_sections_that_exist():
   # Measurements live in docs/benchmarks.md; a comment or message names the section
-  # ('docs/benchmarks.md, "Serving, 2026-11-26"'), which must be (part of) one of its headings.
+  # ('docs/benchmarks.md, "Serving"'), which must be (part of) one of its headings.
   headings = [line.lstrip("#").strip().lower()
               for line in (ROOT / "docs" / "benchmarks.md").read_text().splitlines()
               if line.startswith("#")]

@@ -204,7 +204,7 @@ class Front:
   FastAPI's handling around a route (its middleware, routing, dependencies)
   took more of the event loop's time than the route itself, and every client
   waits on that one thread, so this route goes around it (docs/benchmarks.md,
-  "Serving, 2026-11-26", the front). `state.server` holds what the routes share.
+  "Serving", the front). `state.server` holds what the routes share.
   """
 
   def __init__(self, api: fastapi.FastAPI):
@@ -380,7 +380,7 @@ def serve(app: Front, host: str, port: int, banner: str = "serving on http://{}/
   for sig in (signal.SIGTERM, signal.SIGINT):
     signal.signal(sig, lambda number, _: log.info("stopped by %s", signal.Signals(number).name))
   # httptools and uvloop, not h11 and asyncio: less of the front's CPU time per request, and
-  # a lone client's requests answered far sooner (docs/benchmarks.md, "Serving, 2026-11-26").
+  # a lone client's requests answered far sooner (docs/benchmarks.md, "Serving").
   # No proxy headers: nothing here reads a client's address.
   config = uvicorn.Config(app, log_level="warning", access_log=False, http=_HttpProtocol,
                           loop="uvloop", proxy_headers=False, timeout_graceful_shutdown=60)

@@ -16,7 +16,7 @@ one that has waited longest since a batch last took a line of it), then filled
 with the queued lines nearest to that line in tokens, while they fit the
 budget: lines of similar length share a batch, so it pads little and none of
 its sentences waits long for the longest one to finish (a decoded batch runs
-until its longest output ends; docs/benchmarks.md, "Serving, 2026-11-26"). Of lines
+until its longest output ends; docs/benchmarks.md, "Serving"). Of lines
 equally near, each request's first waiting line goes before any request's second, and
 older requests first: a long request is split across batches and the requests
 that came after it ride in the next batch instead of waiting for all of it; a

@@ -48,17 +48,17 @@ log = logging.getLogger(__name__)
 CTRANSLATE2_DIR = "ctranslate2"
 # The batch shapes the JAX engine compiles: row counts (with the batch size) and source
 # widths (with the widest one the warm-up needs); a batch pads up into the cheapest one
-# compiled. docs/benchmarks.md ("Serving, 2026-11-26") measures what each costs and saves.
+# compiled. docs/benchmarks.md ("Serving") measures what each costs and saves.
 ROWS = (1, 8)
 WIDTHS = (16, 32, 64, 128)
 # Lines per batch on a CPU unless --max_batch says otherwise: each batch decodes until its
 # longest output ends, so small batches of lines of similar length (the batcher's) serve
-# the most sentences/s there (docs/benchmarks.md, "Serving, 2026-11-26"; JAX on a GPU or
+# the most sentences/s there (docs/benchmarks.md, "Serving"; JAX on a GPU or
 # TPU keeps the config's decode_batch_size, not measured).
 CPU_MAX_BATCH = {"jax": 8, "ctranslate2": 32}
 # A shape's cost, (rows + ROW_OVERHEAD) x (width + WIDTH_OVERHEAD): every row, filler
 # or not, is decoded at every step, so a batch's time grows about in proportion to its
-# rows, and less than in proportion to its width (docs/benchmarks.md, "Serving, 2026-11-26").
+# rows, and less than in proportion to its width (docs/benchmarks.md, "Serving").
 ROW_OVERHEAD = 3
 WIDTH_OVERHEAD = 120
 
@@ -211,7 +211,7 @@ class CTranslate2Engine:
     self.batch_size, self.max_len_a = batch_size, max_len_a
     # One replica per batch in flight, one thread each, translates more batches than one
     # replica with every thread, and steadily, and it needs no lock (measured on a 2-core
-    # CPU: docs/benchmarks.md, "Serving, 2026-11-26", CTranslate2's threads).
+    # CPU: docs/benchmarks.md, "Serving", CTranslate2's threads).
     threads = threads or os.cpu_count() or 1
     self.model = ctranslate2.Translator(str(model_dir), device="cpu", compute_type="float32",
                                         inter_threads=workers,
