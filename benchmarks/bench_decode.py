@@ -469,7 +469,7 @@ def _jitted_search():
 
   @functools.partial(jax.jit, static_argnames=("cfg", "beam_size", "output_len", "cached"))
   def search(params, inputs, shortlist=None, *, cfg, beam_size, output_len, cached):
-    if cached:  # as decoding/ensemble.py binds one model: vocabulary-major logits
+    if cached:  # as decoding/batch_decoder.py binds one model: vocabulary-major logits
       cache = transformer.init_cache(cfg.model, params, inputs, output_len)
       step_fn = functools.partial(transformer.decode_step, cfg.model, params,
                                   logits_layout="vocab_major", shortlist=shortlist)

@@ -9,7 +9,7 @@ given rows of 256 tokens per device) for the target and splits the compiler's
 predicted time (TPU cost model; GPU roofline) into one encoder+decoder layer
 pair (the difference) and everything else (embeddings, output projection with
 the loss over the 37000-word vocabulary, the optimizer update: the 1-layer step
-less one pair). Each part's MFU is its model FLOPs (flops.py) over its time at
+less one pair). Each part's MFU is its model FLOPs (train/metrics.py) over its time at
 the device's peak. Compiler predictions, not measurements.
 
 `--ops` (TPU only) goes below the layer pair: libtpu writes its cost model's

@@ -27,7 +27,7 @@ GPU_ASSUMPTIONS = (
     "GPU roofline (no cost model is exposed for GPUs): predicted time = the program's FLOPs at "
     "the dense bf16 peak + its bytes accessed at the HBM bandwidth, i.e. no overlap of compute "
     "and memory traffic (an upper bound of a per-kernel roofline; the lower bound, max of the "
-    "two, is printed beside it); cuDNN attention kernels count at the FLOPs flops.py gives "
+    "two, is printed beside it); cuDNN attention kernels count at the FLOPs train/metrics.py gives "
     "them (their custom calls report none); no launch overheads; on several GPUs, the all-reduce "
     "as the assumptions below price it")
 

@@ -156,7 +156,7 @@ def blocked_top_k(x: Array, n: int) -> tuple[Array, Array]:
 def blocked_top_k_columns(x: Array, n: int) -> tuple[Array, Array]:
   """`jax.lax.top_k(x.T, n)` for x [size, columns]: the top n of each column, read in place.
 
-  For a column-major product (the decoder's vocabulary-major logits, decoding/next_token.py):
+  For a column-major product (the decoder's vocabulary-major logits, `beam_search.best_tokens`):
   the block maxima reduce over the leading axis, so x itself is never transposed;
   only the chosen blocks are gathered. Returns values, indices [columns, n].
   """

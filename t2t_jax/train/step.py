@@ -478,7 +478,7 @@ class TrainStep:
   cfg: TransformerConfig
   optimizer: optax.GradientTransformation
   parallelism: str                              # "pmap" or "shard_map"
-  devices: Optional[tuple[jax.Device, ...]]     # None: parallel.py's default devices
+  devices: Optional[tuple[jax.Device, ...]]     # None: `data_mesh`'s default devices
   mapped: DataParallel                          # the train and eval steps, placement
 
   def init_state(self, key: jax.Array) -> TrainState:
