@@ -2,6 +2,7 @@
 
 import importlib
 import os
+import pathlib
 
 import pytest
 
@@ -31,11 +32,29 @@ def pytest_configure(config):
     config.addinivalue_line("filterwarnings", f"error::{category}:t2t_jax")
 
 
+def _made_once(request, tmp_path_factory, name: str, make) -> pathlib.Path:
+  """`make(directory)` once per test run: under pytest-xdist its workers share what the first
+  one made (under a file lock, in the run's own temporary directory)."""
+  import filelock  # pylint: disable=import-outside-toplevel
+  if not hasattr(request.config, "workerinput"):
+    directory = tmp_path_factory.mktemp(name)
+    make(directory)
+    return directory
+  shared = tmp_path_factory.getbasetemp().parent       # this run's, above each worker's
+  with filelock.FileLock(str(shared / f"{name}.lock")):
+    if not (shared / name).is_dir():
+      (shared / f"{name}.partial").mkdir()
+      make(shared / f"{name}.partial")
+      (shared / f"{name}.partial").rename(shared / name)
+  return shared / name
+
+
 @pytest.fixture(scope="session")
-def trained_workdir(tmp_path_factory):
-  """A work directory with a small model trained for a few hundred steps (tests/trained.py)."""
+def trained_workdir(tmp_path_factory, request):
+  """A work directory with a small model trained for a few hundred steps (tests/trained.py),
+  made once for the run's workers (about 20 s)."""
   import trained  # pylint: disable=import-outside-toplevel  (tests/ is on sys.path)
-  return trained.make(tmp_path_factory.mktemp("trained"))
+  return _made_once(request, tmp_path_factory, "trained", trained.make)
 
 
 @pytest.fixture(scope="session")
@@ -58,19 +77,10 @@ def marian_dir(extras, tmp_path_factory, request):  # pylint: disable=unused-arg
   """A small MarianMTModel and its MarianTokenizer as save_pretrained writes them, built and
   trained briefly here (tests/marian.py); the export extra is needed to make it.
 
-  Under pytest-xdist the workers of one run share it (made once, under a file lock, in the
-  run's own temporary directory): it takes about 20 s to make.
+  The workers of one run share it (`_made_once`): it takes about 20 s to make.
   """
-  import filelock  # pylint: disable=import-outside-toplevel
   import marian  # pylint: disable=import-outside-toplevel  (tests/ is on sys.path)
-  if not hasattr(request.config, "workerinput"):
-    return marian.make(tmp_path_factory.mktemp("marian"))
-  shared = tmp_path_factory.getbasetemp().parent       # this run's, above each worker's
-  with filelock.FileLock(str(shared / "marian.lock")):
-    if not (shared / "marian" / "config.json").is_file():
-      marian.make(shared / "marian.partial")
-      (shared / "marian.partial").rename(shared / "marian")
-  return shared / "marian"
+  return _made_once(request, tmp_path_factory, "marian", marian.make)
 
 
 @pytest.fixture(scope="session")
