@@ -32,14 +32,14 @@ import jax
 
 from t2t_jax import errors
 from t2t_jax.cli import flags
-from t2t_jax.runtime import lock
 from t2t_jax.runtime import multihost
 from t2t_jax.runtime import platform
 from t2t_jax.runtime import preemption
+from t2t_jax.runtime import workdir as workdir_lib
 
 # What a command reports in one line: what the user can fix (the message says how).
 USER_ERRORS = (OSError, ValueError, FloatingPointError, MemoryError, errors.MissingExtraError,
-               lock.WorkdirBusyError)
+               workdir_lib.WorkdirBusyError)
 
 
 def exit_at_once(line: str, status: int) -> typing.NoReturn:

@@ -19,7 +19,7 @@ import time
 from typing import Callable, Optional
 
 from t2t_jax.data import textio
-from t2t_jax.runtime import lock
+from t2t_jax.runtime import workdir as workdir_lib
 
 log = logging.getLogger(__name__)
 
@@ -89,7 +89,7 @@ def demo_source(cfg, workdir: str) -> Source:
   from t2t_jax.data import demo  # the generator: only when the demo corpus is asked for
   directory = os.path.join(workdir, "data", "demo")
   # Processes sharing the work directory write it once; the others wait for it.
-  with lock.file_lock(os.path.join(directory, ".locks", "corpus"),
+  with workdir_lib.file_lock(os.path.join(directory, ".locks", "corpus"),
                               f"writing the demo corpus into {directory}"):
     paths = demo.corpus_paths(directory)
     if paths is None:

@@ -23,7 +23,7 @@ import numpy as np
 
 from t2t_jax.data import vocab as vocab_lib
 from t2t_jax.data.sources import Pairs
-from t2t_jax.runtime import lock
+from t2t_jax.runtime import workdir as workdir_lib
 
 log = logging.getLogger(__name__)
 
@@ -182,7 +182,7 @@ def load_or_tokenize(tokenizer: vocab_lib.Tokenizer, directory: str, signature: 
   if loaded is not None:
     return loaded
   # Processes sharing the work directory tokenise once; the others wait, then load.
-  with lock.file_lock(os.path.join(directory, ".locks", os.path.basename(path)),
+  with workdir_lib.file_lock(os.path.join(directory, ".locks", os.path.basename(path)),
                               f"tokenising into {path}"):
     loaded = cached()
     if loaded is not None:

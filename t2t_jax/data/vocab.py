@@ -25,7 +25,7 @@ from typing import Iterable, Optional, Sequence
 import sentencepiece as spm
 
 from t2t_jax.ids import EOS_ID, PAD_ID, UNK_ID
-from t2t_jax.runtime import lock
+from t2t_jax.runtime import workdir as workdir_lib
 
 log = logging.getLogger(__name__)
 
@@ -253,7 +253,7 @@ def build_or_load(vocab_size: int, directory: str, train_pairs_fn, model_type: s
   `train_pairs_fn` is called only when a model must be trained. A cached model made
   for a different vocab_size or model_type is an error, never silently reused;
   so is a damaged one (see `load`). Processes sharing `directory` train it once:
-  the others wait for it (lock.build_once).
+  the others wait for it (workdir_lib.build_once).
   """
   model_path = os.path.join(directory, "spm.model")
   meta_path = os.path.join(directory, "spm.json")
@@ -273,7 +273,7 @@ def build_or_load(vocab_size: int, directory: str, train_pairs_fn, model_type: s
              Tokenizer(model_path).vocab_size, vocab_size)
     return True
 
-  if lock.build_once(model_path, build, os.path.join(directory, ".locks")) is None:
+  if workdir_lib.build_once(model_path, build, os.path.join(directory, ".locks")) is None:
     log.info("Loaded vocabulary %s", model_path)
   tokenizer, meta, digest = _load_checked(directory)
   if meta is None:  # unreadable: what it was built for is lost; the piece count still checks

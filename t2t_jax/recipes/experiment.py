@@ -26,7 +26,6 @@ from t2t_jax.data import vocab
 from t2t_jax.inference import bleu as bleu_lib
 from t2t_jax.recipes import paper
 from t2t_jax.runtime import averaging
-from t2t_jax.runtime import lock
 from t2t_jax.runtime import multihost
 from t2t_jax.runtime import workdir as workdir_lib
 from t2t_jax.train import trainer
@@ -43,12 +42,12 @@ def run(cfg: configs.TransformerConfig, workdir: str | os.PathLike,
   None and no test.hyp is written. `init_params` start a new run from given
   params (fine-tuning: `finetune_params`).
   Raises ValueError if `workdir` holds a run with an incompatible config,
-  lock.WorkdirBusyError if another run uses it, and
+  workdir_lib.WorkdirBusyError if another run uses it, and
   preemption.Preempted (after saving) on SIGTERM or Ctrl-C during training. In a
   multi-process run every process calls it; process 0 writes the files.
   """
   workdir = pathlib.Path(workdir)
-  run_lock = lock.lock_workdir(workdir)
+  run_lock = workdir_lib.lock_workdir(workdir)
   try:
     return _run(cfg, workdir, init_params)
   finally:

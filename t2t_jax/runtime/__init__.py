@@ -1,7 +1,7 @@
-"""What a run needs from its surroundings: work directory, its lock, checkpoints (and what a failed
+"""What a run needs from its surroundings: the work directory and its run lock, checkpoints (and what a failed
 read means), preemption, several hosts, the platform and its compilation cache, stored compiled
 programs, the C heap given back."""
 
 # Its public modules (any other module is a part of these).
-__all__ = ["averaging", "checkpoint", "heap", "lock", "multihost", "platform", "preemption",
+__all__ = ["averaging", "checkpoint", "heap", "multihost", "platform", "preemption",
            "stored_programs", "workdir"]

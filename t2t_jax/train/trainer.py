@@ -9,7 +9,7 @@ iterator's position come back together.
 Stopping: the first SIGTERM or Ctrl-C (runtime/preemption.py) lets the step in flight
 finish; then every process saves a checkpoint at that same step and `run()`
 raises `preemption.Preempted`. Process 0 holds the work directory's run lock
-(runtime/lock.py) from set-up to `close()`.
+(runtime/workdir.py) from set-up to `close()`.
 
 Outputs (process 0 only): `workdir/metrics.jsonl` and TensorBoard events under
 `workdir/tb` (train/metrics.py; a resumed run drops the lines after its
@@ -34,11 +34,11 @@ import tqdm
 from t2t_jax.configs import TransformerConfig
 from t2t_jax.data import dataset as dataset_lib
 from t2t_jax.runtime import checkpoint
-from t2t_jax.runtime import lock
 from t2t_jax.runtime import multihost
 from t2t_jax.runtime import preemption
-from t2t_jax.train import metrics as metrics_lib
+from t2t_jax.runtime import workdir as workdir_lib
 from t2t_jax.train import memory
+from t2t_jax.train import metrics as metrics_lib
 from t2t_jax.train import step as step_lib
 
 log = logging.getLogger(__name__)
@@ -110,7 +110,7 @@ class Trainer:
     self.peak = metrics_lib.peak_flops(self.device_kind, cfg.dtype, cfg.peak_tflops)
     self.train_iter = self.ckpt = self.writer = self.lock = None
     try:
-      self.lock = lock.lock_workdir(self.workdir)
+      self.lock = workdir_lib.lock_workdir(self.workdir)
       self._setup(dataset, init_params)
     except BaseException:
       self.close()

@@ -10,8 +10,8 @@ import pytest
 from t2t_jax import configs
 from t2t_jax import errors
 from t2t_jax.cli import exits
-from t2t_jax.runtime import lock
 from t2t_jax.runtime import preemption
+from t2t_jax.runtime import workdir as workdir_lib
 from t2t_jax.train import memory
 
 
@@ -54,7 +54,7 @@ def test_only_the_command_layer_ends_the_process():
 
 @pytest.mark.parametrize("error", [
     errors.MissingExtraError("the serve extra is not installed: pip install -e '.[serve]'"),
-    lock.WorkdirBusyError("runs/demo is in use by pid 7 on host a"),
+    workdir_lib.WorkdirBusyError("runs/demo is in use by pid 7 on host a"),
     memory.DeviceMemoryError("out of device memory (...); lower --config.max_tokens_per_device"),
     ValueError("checkpoint step 6 does not restore into the given state; use a new workdir"),
 ])
