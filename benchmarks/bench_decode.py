@@ -463,21 +463,23 @@ def main() -> None:
 @functools.cache
 def _jitted_search():
   import jax  # pylint: disable=import-outside-toplevel
-  from t2t_jax.decoding import beam_search  # pylint: disable=import-outside-toplevel
+  from t2t_jax.decoding import batch_decoder  # pylint: disable=import-outside-toplevel
+  from t2t_jax.decoding import beam_search
   from t2t_jax.decoding import uncached
-  from t2t_jax.model import transformer
 
   @functools.partial(jax.jit, static_argnames=("cfg", "beam_size", "output_len", "cached"))
   def search(params, inputs, shortlist=None, *, cfg, beam_size, output_len, cached):
-    if cached:  # as decoding/batch_decoder.py binds one model: vocabulary-major logits
-      cache = transformer.init_cache(cfg.model, params, inputs, output_len)
-      step_fn = functools.partial(transformer.decode_step, cfg.model, params,
-                                  logits_layout="vocab_major", shortlist=shortlist)
+    if cached:  # as decoding/batch_decoder.py binds one model (and a shortlist)
+      cache, step_fn = batch_decoder.init_decoder([batch_decoder.Member(cfg.model, params)],
+                                                  inputs, output_len, shortlist)
     else:
       cache, step_fn = uncached.uncached_decoder(cfg.model, params, inputs, output_len)
     # eos_id=-1 never matches a token: every hypothesis decodes output_len tokens.
-    return beam_search.beam_search(step_fn, cache, beam_size=beam_size, alpha=cfg.alpha,
-                                   max_len=output_len, eos_id=-1)
+    tokens, scores = beam_search.beam_search(step_fn, cache, beam_size=beam_size,
+                                             alpha=cfg.alpha, max_len=output_len, eos_id=-1)
+    if shortlist is not None:   # the search's positions in the list -> ids
+      tokens = batch_decoder.vocabulary_ids(shortlist, tokens)
+    return tokens, scores
 
   return search
 

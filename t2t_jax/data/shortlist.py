@@ -10,7 +10,11 @@ the `best` translations of each source word) and CTranslate2's vocabulary map
 the output projection over those rows only (decoding/batch_decoder.py). The
 candidates of a batch are the `frequent` most frequent target pieces, EOS and
 UNK (which CTranslate2 always adds too), and for each source piece in the batch
-its `per_source` most associated target pieces; never padding.
+its `per_source` most associated target pieces; and padding, which is never
+picked but stays in the normaliser as over the whole vocabulary (so a table
+holding every piece decodes as the whole vocabulary does). Ascending, padding and
+EOS come first: the search runs over a batch's list, and its positions 0 and 1
+are padding and EOS as the ids are.
 
 Association is counted once per sentence pair: c(s, t) the pairs holding source
 piece s and target piece t, c(s) and c(t) the pairs holding each, and a source
@@ -49,8 +53,9 @@ FILE = pathlib.Path("vocab") / "shortlist.npz"   # in a work directory
 BUILD = "t2t-shortlist --workdir {workdir} [--train SRC,TGT]"
 PER_SOURCE = 100
 FREQUENT = 100
-# Always candidates: the end of a sentence and the unknown piece (CTranslate2's fixed ones).
-ALWAYS = (EOS_ID, UNK_ID)
+# Always candidates: padding (never picked, in the normaliser), the end of a sentence and
+# the unknown piece (CTranslate2's fixed ones).
+ALWAYS = (PAD_ID, EOS_ID, UNK_ID)
 SPECIAL = (PAD_ID, EOS_ID, UNK_ID)
 _SMALLEST = 256
 _CHUNK = 20_000
@@ -79,13 +84,14 @@ class Shortlist:
     return self.per_source.shape[0]
 
   def candidates(self, inputs: np.ndarray) -> np.ndarray:
-    """The sorted candidate ids [n] of a batch of source ids [batch, src] (any shape)."""
+    """The sorted candidate ids [n] of a batch of source ids [batch, src] (any shape):
+    padding and EOS first, then the others (`ALWAYS` included)."""
     sources = np.unique(np.asarray(inputs))
     sources = sources[(sources >= 0) & (sources < self.vocab_size)]
     listed = np.concatenate([self.per_source[sources].ravel(), self.frequent,
                              np.asarray(ALWAYS, np.int32)])
     listed = np.unique(listed)
-    return listed[(listed != PAD_ID) & (listed != FILLER)].astype(np.int32)
+    return listed[listed != FILLER].astype(np.int32)
 
   def batch_ids(self, inputs: np.ndarray) -> np.ndarray:
     """`candidates` padded with FILLER to the smallest of `sizes` that holds them [size] int32."""

@@ -168,15 +168,40 @@ def check_compatible(members: Sequence[Member]) -> None:
 
 
 def step_function(members: Sequence[Member], shortlist: Optional[Array] = None) -> beam_search.StepFn:
-  """The members' `decode_step`s as one step function: one model's own, or the ensemble's;
-  `shortlist` [size]: the ids their output projections are restricted to
-  (`transformer.decode_step`)."""
+  """The members' `decode_step`s as one step function: one model's own, or the ensemble's.
+
+  `shortlist` [size]: a batch's candidate ids (`Shortlist.batch_ids`: ascending, padding
+  and EOS first, then FILLER), the only rows of the output projections computed; the step
+  function is then one over that list (`over_shortlist`).
+  """
   check_compatible(members)
   layout = choice.logits_layout(len(members))
   steps = [functools.partial(transformer.decode_step, m.cfg, m.params, logits_layout=layout,
                              shortlist=shortlist)
            for m in members]
-  return steps[0] if len(members) == 1 else ensemble_step(steps)
+  step = steps[0] if len(members) == 1 else ensemble_step(steps)
+  return step if shortlist is None else over_shortlist(step, shortlist)
+
+
+def over_shortlist(step_fn: beam_search.StepFn, ids: Array) -> beam_search.StepFn:
+  """`step_fn` over a shortlist's ids [size] as a step function over a vocabulary of `size`.
+
+  The search runs in the list's index space: its tokens are positions in `ids`, mapped to
+  vocabulary ids before `step_fn` (`vocabulary_ids`), and the logits are the listed ids'
+  (FILLER rows at -inf: `logits.listed_logits`). As `ids` starts with padding and EOS,
+  positions 0 and 1 are padding and EOS, so the search needs no other rule: padding stays
+  in the normaliser and is never picked, and a list of every id is the whole vocabulary.
+  """
+  def step(cache: Any, tokens: Array, position: Array) -> tuple[logits_lib.Logits, Any]:
+    return step_fn(cache, vocabulary_ids(ids, tokens), position)
+  return step
+
+
+def vocabulary_ids(ids: Any, positions: Any) -> Any:
+  """Positions in a shortlist's `ids` -> vocabulary ids, in NumPy or JAX as given; a FILLER
+  position (picked only when fewer ids are listed than a search asks for) is padding."""
+  xp = np if isinstance(positions, np.ndarray) else jnp
+  return xp.maximum(xp.take(xp.asarray(ids), positions, mode="clip"), PAD_ID)
 
 
 def init_decoder(members: Sequence[Member], inputs: Array, max_len: int,
@@ -258,7 +283,10 @@ def _beam_decode(params: tuple, inputs: Array, max_lens: Array, *, models: tuple
     if not every_chunk and np.asarray(state.sentence_done).all():
       break
     state = call(store, _run, params, state, shortlist, until=until, **settings)
-  return np.asarray(state.done_seqs)[:, :n_best], np.asarray(state.done_score)[:, :n_best]
+  tokens = np.asarray(state.done_seqs)[:, :n_best]
+  if shortlist is not None:   # positions in the list -> ids
+    tokens = vocabulary_ids(np.asarray(shortlist), tokens)
+  return tokens, np.asarray(state.done_score)[:, :n_best]
 
 
 def compile_beam_programs(members: Sequence[Member], rows: int, width: int, search: Search,
@@ -299,7 +327,9 @@ def decode_batch(members: Sequence[Member], inputs: Any, search: Search, *, stor
   `store`: compiled programs loaded from there, and what is compiled stored
   (runtime/stored_programs.py's `Store`). `shortlist`: a lexical shortlist
   (data/shortlist.py's `Shortlist`): the outputs are picked among the batch's
-  candidates only (its `batch_ids(inputs)`), normalised over them.
+  candidates only (its `batch_ids(inputs)`), normalised over them (padding included, as
+  over the whole vocabulary: a table listing every id gives the whole vocabulary's
+  outputs and scores).
   """
   if search.sample:
     raise ValueError("decode_batch runs beam search; sampling is decoding/sampling.py's "

@@ -43,7 +43,7 @@ from typing import Any, Callable, NamedTuple, Optional, Sequence
 import jax
 import jax.numpy as jnp
 
-from t2t_jax.ids import EOS_ID, FILLER, NEG_INF, PAD_ID
+from t2t_jax.ids import EOS_ID, NEG_INF, PAD_ID
 from t2t_jax.kernels import choice
 from t2t_jax.kernels.logits import Logits, VocabMajor, row_major
 from t2t_jax.model import decode_cache
@@ -117,26 +117,17 @@ def best_tokens(logits: Logits, n: int) -> tuple[Array, Array]:
   The normaliser is computed over the whole vocabulary (padding included, as
   `next_log_probs` does) but only the n picked logits are normalised. Padding is
   never picked ahead of a real token; picked anyway (n above the real tokens),
-  it scores NEG_INF. A shortlist's logits (`VocabMajor` with ids) are normalised
-  over its listed ids and picked among them; its FILLER rows count as padding.
+  it scores NEG_INF.
   """
   vocab_major = isinstance(logits, VocabMajor)
   x = (logits.logits if vocab_major else logits).astype(jnp.float32)
-  ids = logits.ids if vocab_major else None
   axis = 0 if vocab_major else 1
-  if ids is not None:
-    x = jnp.where((ids == FILLER)[:, None], -jnp.inf, x)              # [size, rows]
   top = jnp.max(x, axis=axis)                                           # [rows]
   normaliser = jnp.log(jnp.sum(jnp.exp(x - jnp.expand_dims(top, axis)), axis=axis))
   # -inf only ever meets the subtractions below, never another infinity.
-  if ids is not None:
-    x = jnp.where((ids == PAD_ID)[:, None], -jnp.inf, x)
-  else:
-    x = x.at[(PAD_ID, slice(None)) if vocab_major else (slice(None), PAD_ID)].set(-jnp.inf)
+  x = x.at[(PAD_ID, slice(None)) if vocab_major else (slice(None), PAD_ID)].set(-jnp.inf)
   values, tokens = (choice.top_k_columns if vocab_major else choice.top_k)(x, min(n, x.shape[axis]))
   values = (values - top[:, None]) - normaliser[:, None]
-  if ids is not None:                                  # shortlist positions -> vocabulary ids
-    tokens = jnp.maximum(jnp.take(ids, tokens), PAD_ID)
   return jnp.where(tokens == PAD_ID, NEG_INF, values), tokens
 
 

@@ -97,6 +97,8 @@ def _sample_batch(params: tuple, inputs: Array, max_lens: Array, keys: Array, sh
   tokens, scores = sample(step_fn, cache, keys.reshape(batch * n), max_len=max_len,
                           max_lens=jnp.repeat(max_lens, n), temperature=temperature,
                           top_k=top_k, min_len=min_len)
+  if shortlist is not None:   # positions in the list -> ids
+    tokens = batch_decoder.vocabulary_ids(shortlist, tokens)
   tokens, scores = tokens.reshape(batch, n, max_len), scores.reshape(batch, n)
   order = jnp.argsort(-scores, axis=1, stable=True)                   # best first
   return (jnp.take_along_axis(tokens, order[..., None], axis=1),

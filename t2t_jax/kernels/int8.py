@@ -122,9 +122,8 @@ def project_logits(hidden: Array, kernel: Int8Kernel, layout: str = "row_major",
   if layout not in logits_lib.LAYOUTS:
     raise ValueError(f"logits layout {layout!r} is not one of {logits_lib.LAYOUTS}")
   if shortlist is not None:
-    listed = vocab_major_int8_product(hidden, take_rows(kernel, shortlist))
-    listed = logits_lib.VocabMajor(listed, shortlist, kernel.values.shape[0])
-    return listed if layout == "vocab_major" else logits_lib.row_major(listed)
+    return logits_lib.listed_logits(project_logits(hidden, take_rows(kernel, shortlist), layout),
+                                    shortlist)
   if layout == "vocab_major":
     return logits_lib.VocabMajor(vocab_major_int8_product(hidden, kernel))
   return int8_product(hidden, kernel)

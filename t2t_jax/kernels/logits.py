@@ -6,16 +6,16 @@ rows]. The output projection (section 3.4) has two kernels: `projection`, the re
 y . E^T [..., vocab], and `vocab_major_projection`, E . y^T [vocab, rows]. On
 XLA CPU the second runs faster for a beam's few rows, as long as nothing
 transposes its result (docs/benchmarks.md): one model's searches ask for it
-(`choice.logits_layout`) and read it in place (`decoding.beam_search.best`).
+(`choice.logits_layout`) and read it in place (`decoding.beam_search.best_tokens`).
 `row_major` reads either back as [rows, vocab]. The model calls `project_logits`,
 which runs the one asked for.
 
 A lexical shortlist (data/shortlist.py) projects onto a batch's listed rows of
-the weights only (`shortlist_kernel`): `VocabMajor` logits [size, rows] whose
-`ids` [size] name the vocabulary id of each row, ascending, with `FILLER` (-1)
-rows after them padding the size to a bucket. The searches pick in that space
-and read the ids back (decoding/beam_search.py); `row_major` scatters the listed
-logits into a [rows, vocab] array whose other entries are NEG_INF.
+the weights only (`shortlist_kernel`): logits [size, rows] (or [rows, size]) for the
+vocabulary ids `ids` [size], ascending, with `FILLER` (-1) rows after them padding
+the size to a bucket, which score -inf so that they add nothing to a normaliser
+(`listed_logits`). A search reads them as a vocabulary of `size` entries, its tokens
+positions in `ids` (decoding/batch_decoder.py maps them to ids and back).
 
 Top-k. XLA CPU sorts each row of a top-k on one thread: over a 37000-word
 vocabulary that is most of a step's search (docs/benchmarks.md, "Decoding"). In
@@ -45,7 +45,7 @@ import flax.struct
 import jax
 import jax.numpy as jnp
 
-from t2t_jax.ids import FILLER, NEG_INF, PAD_ID
+from t2t_jax.ids import FILLER, PAD_ID
 
 Array = jax.Array
 
@@ -55,14 +55,8 @@ LAYOUTS = ("row_major", "vocab_major")
 
 @flax.struct.dataclass
 class VocabMajor:
-  """Logits [vocab, rows] (rows last), as a step function may return them.
-
-  With a shortlist, logits [size, rows] for the vocabulary ids `ids` [size]
-  (ascending, then FILLER rows) of a vocabulary of `vocab` ids.
-  """
+  """Logits [vocab, rows] (rows last), as a step function may return them."""
   logits: Array
-  ids: Optional[Array] = None
-  vocab: int = flax.struct.field(pytree_node=False, default=0)
 
 
 Logits = Array | VocabMajor
@@ -86,26 +80,26 @@ def shortlist_kernel(kernel: Array, ids: Array) -> Array:
   return jnp.take(kernel, ids, axis=0, mode="fill", fill_value=0)
 
 
+def listed_logits(logits: Logits, ids: Array) -> Logits:
+  """A shortlist's logits (either layout, over `ids` [size]) with its FILLER ids' at -inf."""
+  if isinstance(logits, VocabMajor):
+    return VocabMajor(jnp.where((ids == FILLER)[:, None], -jnp.inf, logits.logits))
+  return jnp.where(ids == FILLER, -jnp.inf, logits)
+
+
 def row_major(logits: Logits) -> Array:
-  """The logits [rows, vocab], whichever layout the step function gave; a shortlist's
-  ids outside it at NEG_INF."""
-  if not isinstance(logits, VocabMajor):
-    return logits
-  if logits.ids is None:
-    return logits.logits.T
-  rows = logits.logits.shape[1]
-  at = jnp.where(logits.ids == FILLER, logits.vocab, logits.ids)      # filler: out of range
-  full = jnp.full((rows, logits.vocab), NEG_INF, jnp.float32)
-  return full.at[:, at].set(logits.logits.T.astype(jnp.float32), mode="drop")
+  """The logits [rows, vocab], whichever layout the step function gave."""
+  return logits.logits.T if isinstance(logits, VocabMajor) else logits
 
 
-def add_bias(logits: Logits, bias: Array) -> Logits:
+def add_bias(logits: Logits, bias: Array, ids: Optional[Array] = None) -> Logits:
   """`logits` in either layout plus a bias [vocab] per vocabulary id (a model's
-  `output_bias`); a shortlist's rows get their ids' biases, its FILLER rows none."""
+  `output_bias`); a shortlist's (`ids` [size]) rows get their ids' biases, its FILLER
+  rows none."""
+  if ids is not None:
+    bias = jnp.where(ids == FILLER, 0.0, jnp.take(bias, ids, mode="clip"))
   if not isinstance(logits, VocabMajor):
     return logits + bias
-  if logits.ids is not None:
-    bias = jnp.where(logits.ids == FILLER, 0.0, jnp.take(bias, logits.ids, mode="clip"))
   return logits.replace(logits=logits.logits + bias[:, None])
 
 
@@ -115,16 +109,14 @@ def project_logits(hidden: Array, kernel: Array, layout: str = "row_major",
 
   "row_major": logits [..., vocab] (`projection`); "vocab_major" (hidden [rows, d_model]
   only): `VocabMajor` [vocab, rows]. Operands in hidden's dtype, logits float32.
-  `shortlist` [size] (hidden [rows, d_model] only): only those rows of the weights are
-  multiplied (`shortlist_kernel`); "vocab_major" gives `VocabMajor` [size, rows] with the
-  ids, "row_major" [rows, vocab] with the others at NEG_INF.
+  `shortlist` [size]: only those rows of the weights are multiplied (`shortlist_kernel`),
+  logits [..., size] or [size, rows] (`listed_logits`).
   """
   if layout not in LAYOUTS:
     raise ValueError(f"logits layout {layout!r} is not one of {LAYOUTS}")
   if shortlist is not None:
-    listed = vocab_major_projection(hidden, shortlist_kernel(kernel, shortlist))
-    listed = VocabMajor(listed.logits, shortlist, kernel.shape[0])
-    return listed if layout == "vocab_major" else row_major(listed)
+    return listed_logits(project_logits(hidden, shortlist_kernel(kernel, shortlist), layout),
+                         shortlist)
   if layout == "vocab_major":
     return vocab_major_projection(hidden, kernel)
   return projection(hidden, kernel)

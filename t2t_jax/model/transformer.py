@@ -152,7 +152,7 @@ class Transformer(nn.Module):
     else:
       logits = logits_lib.project_logits(y, self._output_kernel(), layout, shortlist)
     if self.config.output_bias:
-      logits = logits_lib.add_bias(logits, self.output_bias)
+      logits = logits_lib.add_bias(logits, self.output_bias, shortlist)
     return logits
 
   # ------------------------------------------------------------------ forward pass
@@ -303,8 +303,8 @@ def decode_step(cfg: ModelConfig, params: Any, cache: Cache, tokens: Array, posi
   `dynamic_update_slice`, not reported. `logits_layout` "vocab_major": the logits
   as `logits.VocabMajor` [vocab, rows], which one model's searches read faster
   (kernels/logits.py). `shortlist` [size]: ascending vocabulary ids (then
-  `logits.FILLER`), the only rows of the output projection computed
-  (`logits.project_logits`).
+  `ids.FILLER`), the only rows of the output projection computed: logits [rows, size]
+  (or [size, rows]), FILLER's at -inf (`logits.project_logits`).
   """
   return Transformer(cfg).apply({"params": params}, cache, tokens, jnp.asarray(position, jnp.int32),
                                 logits_layout, shortlist, method=Transformer.decode_step)

@@ -13,6 +13,7 @@ from t2t_jax.data import demo
 from t2t_jax.data import shortlist
 from t2t_jax.decoding import batch_decoder
 from t2t_jax.ids import FILLER, PAD_ID
+from t2t_jax.inference import translator
 
 
 @pytest.fixture
@@ -62,3 +63,26 @@ def test_translate_with_a_shortlist_picks_among_its_candidates(workdir, tmp_path
     assert np.all(ids[len(listed):] == FILLER)
     assert set(np.unique(tokens)) <= {PAD_ID, *listed}
   assert len((tmp_path / "out.txt").read_text().splitlines()) == 2
+
+
+def test_a_table_of_every_piece_translates_as_the_whole_vocabulary(workdir, tmp_path):
+  # `t2t-shortlist --frequent <vocabulary size>` on a corpus whose targets hold every piece
+  # (each piece's text alone and after "x", which gives the pieces that continue a word).
+  tokenizer = translator.load_tokenizer(workdir)
+  pieces = [tokenizer.sp.id_to_piece(i).replace("\u2581", "") for i in range(3, tokenizer.vocab_size)]
+  corpus = _corpus(tmp_path)
+  with open(corpus.split(",")[0], "a") as src, open(corpus.split(",")[1], "a") as tgt:
+    src.write("every piece\n")
+    tgt.write(" ".join(f"{p} x{p}" for p in pieces if p) + "\n")
+  shortlist_lib.main(["--workdir", str(workdir), "--train", corpus, "--per_source", "2",
+                      "--frequent", str(tokenizer.vocab_size)])
+  assert len(shortlist.workdir_table(workdir).frequent) == tokenizer.vocab_size - 3
+  source = tmp_path / "in.txt"
+  source.write_text("the dog sleeps\nthe old man saw the small dog\nyesterday a cat\n")
+  outputs = []
+  for flags in ([], ["--shortlist"]):
+    out = tmp_path / f"out{len(flags)}.txt"
+    translate.main(["--workdir", str(workdir), "--input", str(source), "--output", str(out),
+                    "--nbest", "2", *flags])
+    outputs.append(out.read_text())
+  assert outputs[0] == outputs[1] and len(outputs[0].splitlines()) == 6

@@ -1,5 +1,5 @@
 """data/shortlist.py: the table counts what a brute-force count over the pairs gives, in any chunks;
-a batch's candidates hold its sources' entries, the frequent ids and EOS, never padding."""
+a batch's candidates hold its sources' entries, the frequent ids, padding and EOS (first)."""
 
 import collections
 import itertools
@@ -73,7 +73,7 @@ def test_the_table_is_the_brute_force_count_in_any_chunks(tokenizer):
   assert tables[0].per_source[ids["house"], 0] == ids["Haus"]
 
 
-def test_a_batch_holds_its_sources_entries_the_frequent_ids_and_eos_never_padding(tokenizer):
+def test_a_batch_holds_its_sources_entries_the_frequent_ids_padding_and_eos_first(tokenizer):
   table = shortlist.build(tokenizer, CORPUS, per_source=1, frequent=3)
   inputs = np.zeros((2, 6), np.int32)                                  # padded rows
   for row, ids in enumerate(tokenizer.encode_batch(["house", "a house"])):
@@ -83,8 +83,8 @@ def test_a_batch_holds_its_sources_entries_the_frequent_ids_and_eos_never_paddin
   for source in np.unique(inputs):
     entries |= set(table.per_source[source]) - {FILLER}
   assert set(table.frequent) - entries                     # the frequent ids add candidates
-  assert set(listed) == {EOS_ID, UNK_ID, *table.frequent} | entries and PAD_ID not in listed
-  assert list(listed) == sorted(listed)
+  assert set(listed) == {PAD_ID, EOS_ID, UNK_ID, *table.frequent} | entries
+  assert list(listed) == sorted(listed) and list(listed[:2]) == [PAD_ID, EOS_ID]
   ids = table.batch_ids(inputs)
   assert len(ids) in shortlist.sizes(table.vocab_size) and len(ids) >= len(listed)
   np.testing.assert_array_equal(ids[:len(listed)], listed)

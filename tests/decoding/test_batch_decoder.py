@@ -195,28 +195,42 @@ def _masked_step(member, listed):
   return step
 
 
-def test_a_shortlist_of_every_id_searches_as_the_whole_vocabulary(member):
+def _every_id(vocab_size):
+  """The table `t2t-shortlist --frequent <vocab size>` writes where every piece occurs."""
+  return shortlist_lib.Shortlist(np.full((vocab_size, 1), FILLER, np.int32),
+                                 np.arange(3, vocab_size, dtype=np.int32))
+
+
+def test_a_table_of_every_id_decodes_exactly_as_the_whole_vocabulary(member):
   inputs = _inputs(4, [7, 3, 5, 6])
-  cache, full = batch_decoder.init_decoder([member], inputs, 12)
-  everything = batch_decoder.step_function([member], jnp.arange(TINY.vocab_size, dtype=jnp.int32))
-  want, got = _beam(full, cache, 12), _beam(everything, cache, 12)
-  np.testing.assert_array_equal(got[0], want[0])
-  np.testing.assert_array_equal(got[1], want[1])
-
-
-def test_a_shortlist_searches_as_the_whole_vocabulary_with_the_others_masked(member):
-  inputs = _inputs(5, [7, 3, 5, 6])
-  cache, _ = batch_decoder.init_decoder([member], inputs, 12)
-  rng = np.random.default_rng(0)
-  for listed in (np.arange(1, TINY.vocab_size),                     # all but padding
-                 np.sort(rng.choice(np.arange(3, TINY.vocab_size), 9, replace=False))):
-    listed = np.union1d(listed, shortlist_lib.ALWAYS).astype(np.int32)
-    ids = np.concatenate([listed, np.full(4, FILLER, np.int32)])    # filler rows too
-    want = _beam(_masked_step(member, listed), cache, 12)
-    got = _beam(batch_decoder.step_function([member], jnp.asarray(ids)), cache, 12)
+  table = _every_id(TINY.vocab_size)
+  assert list(table.batch_ids(inputs)) == list(range(TINY.vocab_size))
+  for members, settings in (([member], dict(n_best=3)), ([member, member], dict(n_best=2)),
+                            ([member], dict(sample=True, n_best=2, seed=3))):
+    search = batch_decoder.Search.from_config(TINY, **settings)
+    want = _decode(members, inputs, search)
+    got = _decode(members, inputs, search, shortlist=table)
     np.testing.assert_array_equal(got[0], want[0])
-    np.testing.assert_allclose(got[1], want[1], rtol=1e-5)
-    assert set(np.unique(got[0])) <= {PAD_ID, *listed}
+    np.testing.assert_array_equal(got[1], want[1])
+
+
+def test_the_search_runs_in_the_lists_positions_and_never_returns_filler(member):
+  # Fewer listed ids (padding aside) than the 2 x beam a step picks: filler positions
+  # come up, score -inf, and never reach the model or the outputs as ids.
+  inputs = _inputs(5, [7, 3, 5, 6])
+  ids = jnp.asarray([PAD_ID, EOS_ID, 5, 9, FILLER, FILLER], jnp.int32)
+  cache, _ = batch_decoder.init_decoder([member], inputs, 8)
+  step = batch_decoder.step_function([member], ids)
+  seen = []
+
+  def spy(cache, tokens, position):
+    jax.debug.callback(lambda t: seen.append(np.asarray(t)), batch_decoder.vocabulary_ids(ids, tokens))
+    return step(cache, tokens, position)
+  positions, scores = _beam(spy, cache, 8)
+  assert np.asarray(positions).max() < 4 and set(np.concatenate(seen)) <= {PAD_ID, EOS_ID, 5, 9}
+  tokens = batch_decoder.vocabulary_ids(np.asarray(ids), np.asarray(positions))
+  assert set(np.unique(tokens)) <= {PAD_ID, EOS_ID, 5, 9}
+  assert np.all(np.isfinite(np.asarray(scores)[:, 0]))
 
 
 def _table(per_source, frequent=()):
@@ -234,7 +248,7 @@ def test_decode_batch_picks_among_the_batch_candidates_only(member):
   sources = sorted(set(np.unique(inputs)) - {PAD_ID, EOS_ID})
   table = _table({s: [(s * 7) % 21 + 3] for s in sources}, frequent=[5, 9])
   listed = table.candidates(inputs)
-  assert EOS_ID in listed and PAD_ID not in listed
+  assert list(listed[:2]) == [PAD_ID, EOS_ID]                     # positions 0 and 1
   assert len(table.batch_ids(inputs)) > len(listed)                # padded with filler
   tokens, scores = _decode([member], inputs, search, shortlist=table)
   assert set(np.unique(tokens)) <= {PAD_ID, *listed}

@@ -13,7 +13,7 @@ import pytest
 
 from formats import check_well_formed
 from t2t_jax.decoding import beam_search
-from t2t_jax.ids import EOS_ID, FILLER, NEG_INF, PAD_ID, strip_eos
+from t2t_jax.ids import EOS_ID, NEG_INF, PAD_ID, strip_eos
 from t2t_jax.kernels import logits as logits_lib
 
 
@@ -277,42 +277,3 @@ def test_log_probs_read_either_layout():
   assert np.all(log_probs[:, PAD_ID] == NEG_INF)
   np.testing.assert_allclose(np.exp(log_probs[:, 1:]).sum(1), 1 - jax.nn.softmax(x)[:, PAD_ID],
                              rtol=1e-5)
-
-
-def _shortlisted(x, listed, size):
-  """x [rows, vocab]'s listed columns as shortlist logits, padded to `size` with FILLER rows
-  holding huge logits (which must count for nothing)."""
-  ids = np.full(size, FILLER, np.int32)
-  ids[:len(listed)] = listed
-  rows = np.full((size, x.shape[0]), 1e4, np.float32)
-  rows[:len(listed)] = np.asarray(x).T[listed]
-  return logits_lib.VocabMajor(jnp.asarray(rows), jnp.asarray(ids), x.shape[1])
-
-
-def test_a_shortlist_picks_as_the_whole_vocabulary_with_the_others_masked():
-  rng = np.random.default_rng(2)
-  for vocab, ties in ((300, False), (300, True), (37000, False)):
-    x = _logits(rng, 5, vocab, ties)
-    listed = np.sort(rng.choice(np.arange(1, vocab), 60, replace=False))
-    masked = jnp.where(np.isin(np.arange(vocab), listed), x, -jnp.inf)
-    want = jax.lax.top_k(beam_search.next_log_probs(masked), 8)
-    values, tokens = jax.jit(beam_search.best_tokens, static_argnums=1)(_shortlisted(x, listed, 96), 8)
-    np.testing.assert_array_equal(tokens, want[1])
-    np.testing.assert_allclose(values, want[0], rtol=1e-6, atol=1e-5)
-    # Row-major readers (sampling, ensembles) get the others at NEG_INF.
-    masked = jnp.where(np.isin(np.arange(vocab), listed), x, NEG_INF)
-    np.testing.assert_allclose(beam_search.next_log_probs(_shortlisted(x, listed, 96)),
-                               beam_search.next_log_probs(masked), rtol=1e-6, atol=1e-5)
-
-
-def test_a_shortlist_never_picks_padding_or_filler_ahead_of_a_listed_id():
-  x = _logits(np.random.default_rng(3), 4, 50, False)
-  listed = np.asarray([PAD_ID, 1, 7, 30])                  # padding listed: normalised, not picked
-  values, tokens = beam_search.best_tokens(_shortlisted(x, listed, 8), 6)
-  tokens, values = np.asarray(tokens), np.asarray(values)
-  assert {int(t) for t in tokens[:, :3].ravel()} <= {1, 7, 30}
-  np.testing.assert_array_equal(tokens[:, 3:], PAD_ID)     # nothing else left: padding at NEG_INF
-  assert np.all(values[:, 3:] == NEG_INF)
-  masked = jnp.where(np.isin(np.arange(50), listed), x, -jnp.inf)
-  np.testing.assert_allclose(values[:, :3], jnp.take_along_axis(
-      beam_search.next_log_probs(masked), jnp.asarray(tokens[:, :3]), axis=1), rtol=1e-6)

@@ -161,8 +161,9 @@ def test_add_bias_adds_each_ids_bias_in_either_layout_and_on_a_shortlist():
   major = logits_lib.add_bias(logits_lib.project_logits(hidden, kernel, "vocab_major"), bias)
   np.testing.assert_allclose(logits_lib.row_major(major), want, rtol=1e-6, atol=1e-6)
   ids = jnp.asarray([1, 4, 10, FILLER], jnp.int32)
-  listed = logits_lib.add_bias(logits_lib.project_logits(hidden, kernel, "vocab_major", ids), bias)
-  np.testing.assert_allclose(listed.logits[:3].T, want[:, [1, 4, 10]], rtol=1e-6, atol=1e-6)
-  # A filler row gets no bias (and is never a candidate).
-  filler = logits_lib.project_logits(hidden, kernel, "vocab_major", ids).logits[3]
-  np.testing.assert_array_equal(listed.logits[3], filler)
+  for layout in logits_lib.LAYOUTS:
+    listed = logits_lib.row_major(logits_lib.add_bias(
+        logits_lib.project_logits(hidden, kernel, layout, ids), bias, ids))   # [rows, size]
+    np.testing.assert_allclose(listed[:, :3], want[:, [1, 4, 10]], rtol=1e-6, atol=1e-6)
+    # A filler row scores -inf, bias or not: it adds nothing to a normaliser.
+    assert np.all(np.asarray(listed[:, 3]) == -np.inf)
