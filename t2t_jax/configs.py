@@ -71,7 +71,7 @@ class TransformerConfig:
       "(that kernel)")
   # Decoding only (model/quantized.py converts float32 params at load; training refuses it).
   quantization: Optional[str] = _field(
-      None, "decoding only: int8 (int8 Dense and output products), or None (the compute dtype)")
+      None, "decoding only: int8 or bfloat16 weights and products (docs/model.md), or None")
   # Where published models of this architecture depart from the paper (OPUS-MT's Marian
   # models, imported by export/import_marian.py; docs/model.md). Each default is the paper's.
   activation: str = _field(
@@ -255,7 +255,7 @@ FIELD_RULES: dict[str, tuple[Any, str]] = {
     "dtype": _one_of("float32", "bfloat16"),
     "attention_window": _POSITIVE_INT,
     "attention_impl": _one_of("fused", "reference", "cudnn", "core", "core_recompute"),
-    "quantization": _one_of("int8"),
+    "quantization": _one_of("int8", "bfloat16"),
     "activation": _one_of(*ACTIVATIONS), "position_layout": _one_of(*POSITION_LAYOUTS),
     "layer_norm_epsilon": _POSITIVE_NUMBER,
     "dataset": _NON_EMPTY, "source_lang": _NON_EMPTY, "target_lang": _NON_EMPTY,
@@ -351,8 +351,8 @@ def _validate(c: TransformerConfig) -> None:
           f"d_model={c.d_model} is not divisible by num_heads={c.num_heads}; "
           "set d_k and d_v explicitly or change one of them")
   if c.quantization is not None and c.dtype != "float32":
-    raise ValueError(f"quantization={c.quantization!r} runs its products in int8 and the rest in "
-                     f"float32: it cannot be combined with dtype={c.dtype!r}")
+    raise ValueError(f"quantization={c.quantization!r} runs its products in {c.quantization} and "
+                     f"the rest in float32: it cannot be combined with dtype={c.dtype!r}")
 
 
 # Table 3, in the paper's row order. Blank cells are the base model's values.

@@ -68,18 +68,28 @@ def load_model(path: str | os.PathLike, average: bool = True, **overrides: Any
   The model is a `batch_decoder.Member` (the config's `.model` and the params); the
   run config gives the decoding defaults. `overrides`: config fields to change
   for decoding, e.g. beam_size=1, or quantization="int8" (the params quantised
-  here, once).
+  here, once); dtype="bfloat16" (or a config trained so) decodes as
+  quantization="bfloat16" (`decoding_config`).
   """
   workdir = averaging.checkpoint_workdir(path) or pathlib.Path(path)
   if not workdir.is_dir():
     raise FileNotFoundError(f"work directory {workdir} does not exist: {workdir_lib.TRAIN_FIRST}")
-  cfg = workdir_lib.load_config(workdir).replace(**overrides)
+  cfg = decoding_config(workdir_lib.load_config(workdir).replace(**overrides))
   tokenizer = load_tokenizer(workdir)
   if averaging.checkpoint_workdir(path) is not None:
     params = averaging.load_checkpoint_params(path)
   else:
     params = averaging.load_params(workdir, averaged=average)
   return cfg, batch_decoder.Member(cfg.model, _member_params(cfg, params)), tokenizer
+
+
+def decoding_config(cfg: configs.TransformerConfig) -> configs.TransformerConfig:
+  """The config a model decodes with: a bfloat16 one (`dtype="bfloat16"`) as
+  `quantization="bfloat16"`, its weights cast to bfloat16 once at load and everything but
+  the products float32 (model/quantized.py); any other as it is."""
+  if cfg.dtype == "bfloat16" and cfg.quantization is None:
+    return cfg.replace(dtype="float32", quantization="bfloat16")
+  return cfg
 
 
 def _member_params(cfg: configs.TransformerConfig, params: Params) -> Params:
@@ -116,7 +126,8 @@ class Translator:
 
     `average`: a work directory's averaged params if present (else its latest
     checkpoint's). `dtype`: every model's compute dtype ("float32", "bfloat16";
-    default: each config's). `int8`: every model decodes with int8 products
+    default: each config's); bfloat16 decodes with bfloat16 weights, cast once here,
+    the products accumulating in float32 and the rest float32 (`decoding_config`). `int8`: every model decodes with int8 products
     (config quantization="int8": the Dense products and the output projection in
     int8 x int8 -> int32, the rest float32; translations may differ slightly from
     float32's). `overrides`: config fields to change for decoding,
@@ -147,9 +158,10 @@ class Translator:
                   tokenizer: vocab.Tokenizer,
                   programs: Optional[stored_programs.Store] = None) -> "Translator":
     """One model already in memory (no work directory), e.g. a run's params after training
-    (float32; quantised here where `cfg.quantization` asks); `programs`: a store of
+    (float32; quantised or cast here where `cfg` asks: `decoding_config`); `programs`: a store of
     compiled decoding programs to load from and add to."""
     translator = cls.__new__(cls)
+    cfg = decoding_config(cfg)
     translator._hold(cfg, [batch_decoder.Member(cfg.model, _member_params(cfg, params))], tokenizer,
                      programs)
     return translator

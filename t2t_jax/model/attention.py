@@ -214,7 +214,9 @@ class MultiHeadAttention(nn.Module):
 
   An attention that cannot be built is an error naming the layer. `int8`: the
   projections run as int8 products (decoding a `quantization="int8"` model only;
-  kernels/int8.py, imported only then).
+  kernels/int8.py, imported only then). `bfloat16`: the projections' products run in
+  `dtype` and return float32 (`layers.float32_products`: decoding a
+  `quantization="bfloat16"` model, whose activations are float32).
   """
   num_heads: int
   d_k: int
@@ -226,11 +228,13 @@ class MultiHeadAttention(nn.Module):
   implementation: str = "fused"      # configs.TransformerConfig.attention_impl
   int8: bool = False
   use_bias: bool = False             # configs.TransformerConfig.attention_bias
+  bfloat16: bool = False
 
   def setup(self):
     dense = lambda features, axis=-1: nn.DenseGeneral(
         features, axis=axis, use_bias=self.use_bias, dtype=self.dtype, param_dtype=jnp.float32,
-        kernel_init=self.kernel_init)
+        kernel_init=self.kernel_init,
+        dot_general=layers.float32_products if self.bfloat16 else None)
     if self.int8:
       from t2t_jax.kernels import int8  # pylint: disable=import-outside-toplevel
       dense = lambda features, axis=-1: int8.Int8Dense(
@@ -323,7 +327,8 @@ class MultiHeadAttention(nn.Module):
     else:
       w = self.weights(params)
       kernel = jnp.concatenate([w[name] for name in names], axis=1)
-      qkv = jnp.dot(y.astype(self.dtype), kernel.astype(self.dtype))
+      qkv = jnp.dot(y.astype(self.dtype), kernel.astype(self.dtype),
+                    preferred_element_type=jnp.float32 if self.bfloat16 else None)
     if self.use_bias:
       b = self.biases(params)
       qkv = qkv + jnp.concatenate([b[name] for name in names]).astype(qkv.dtype)
@@ -353,7 +358,7 @@ class MultiHeadAttention(nn.Module):
 
   def cross_cache(self, inputs_kv: Array) -> dict[str, Array]:
     """Keys [batch, heads, kv_length, d_k] and values [.., d_v] of `inputs_kv`, for `step_cross`."""
-    by_head = lambda x: x.transpose(0, 2, 1, 3)                       # [batch, heads, length, d]
+    by_head = lambda x: x.transpose(0, 2, 1, 3).astype(self.dtype)    # [batch, heads, length, d]
     k, v = self.project_kv(inputs_kv)
     return {"key": by_head(k), "value": by_head(v)}
 
@@ -397,21 +402,23 @@ def self_attention(q: Array, keys: Array, values: Array, holds: Array, bias: Arr
 
   q [rows, heads, d_k] scaled queries; keys [rows, heads, d_k, length] and values
   [rows, heads, length, d_v] as each row wrote them; holds [batch, r, r, length]
-  (`record_position`); bias [1, 1, 1, length]. Returns [rows, 1, heads, d_v] in
-  `dtype`, before the output projection.
+  (`record_position`); bias [1, 1, 1, length]. The products run in `dtype` and
+  accumulate in float32. Returns [rows, 1, heads, d_v] float32, before the output
+  projection.
   """
   batch, r, _, length = holds.shape                                    # r rows per sentence
   rows, heads, _, depth = values.shape
   q = q.reshape(batch, 1, r, heads, -1)                                # [batch, 1, q, heads, d_k]
   q = jnp.broadcast_to(q, (batch, r, r, heads, q.shape[-1])).reshape(rows, r, heads, -1)
-  logits = jnp.einsum("nqhd,nhdk->nhqk", q, keys.astype(q.dtype)).astype(jnp.float32)
+  logits = jnp.einsum("nqhd,nhdk->nhqk", q, keys.astype(q.dtype),
+                      preferred_element_type=jnp.float32)
   logits = logits.reshape(batch, r, heads, r, length)                  # [batch, j, heads, q, length]
   holds = holds.transpose(0, 2, 1, 3)[:, :, None]                      # [batch, j, 1, q, length]
   logits = jnp.sum(jnp.where(holds, logits, 0.0), axis=1)              # [batch, heads, q, length]
   probs = jax.nn.softmax(logits + bias.astype(jnp.float32), axis=-1)
   weights = jnp.where(holds, probs[:, None], 0.0).astype(dtype)
   out = jnp.einsum("nhqk,nhkd->nhqd", weights.reshape(rows, heads, r, length),
-                   values.astype(dtype))                               # [rows, heads, q, d_v]
+                   values.astype(dtype), preferred_element_type=jnp.float32)  # [rows, heads, q, d_v]
   out = jnp.sum(out.reshape(batch, r, heads, r, depth), axis=1)        # [batch, heads, q, d_v]
   return out.transpose(0, 2, 1, 3).reshape(rows, 1, heads, depth)
 
@@ -420,15 +427,18 @@ def cross_attention(q: Array, keys: Array, values: Array, bias: Array, dtype: An
   """Encoder-decoder attention of one position against the sentence's shared keys/values.
 
   q [rows, heads, d_k] scaled queries, rows = batch * r; keys/values [batch, heads,
-  src_len, d] shared by the sentence's r rows; bias [batch, 1, 1, src_len].
-  Returns [rows, 1, heads, d_v] in `dtype`, before the output projection.
+  src_len, d] shared by the sentence's r rows; bias [batch, 1, 1, src_len]. The products
+  run in `dtype` and accumulate in float32. Returns [rows, 1, heads, d_v] float32, before
+  the output projection.
   """
   batch, heads, _, depth = values.shape
   rows = q.shape[0]
   q = q.reshape(batch, -1, heads, keys.shape[-1])                      # [batch, r, heads, d_k]
-  logits = jnp.einsum("bqhd,bhkd->bhqk", q, keys.astype(q.dtype)).astype(jnp.float32)
+  logits = jnp.einsum("bqhd,bhkd->bhqk", q, keys.astype(q.dtype),
+                      preferred_element_type=jnp.float32)
   probs = jax.nn.softmax(logits + bias.astype(jnp.float32), axis=-1)
   # Heads-first output, then a transpose of this small result: asked for [batch, q,
   # heads, d] directly, XLA CPU computes the product transposed, which is slower.
-  out = jnp.einsum("bhqk,bhkd->bhqd", probs.astype(dtype), values.astype(dtype))
+  out = jnp.einsum("bhqk,bhkd->bhqd", probs.astype(dtype), values.astype(dtype),
+                   preferred_element_type=jnp.float32)
   return out.transpose(0, 2, 1, 3).reshape(rows, 1, heads, depth)

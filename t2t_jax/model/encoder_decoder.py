@@ -23,8 +23,14 @@ Cache = dict[str, Any]
 
 
 def compute_dtype(cfg: ModelConfig) -> Any:
-  """The dtype of activations and products (parameters stay float32)."""
+  """The dtype of activations (parameters stay float32; a `quantization` model's are float32)."""
   return jnp.dtype(cfg.dtype)
+
+
+def product_dtype(cfg: ModelConfig) -> Any:
+  """The dtype of the products' operands: the compute dtype, or a `quantization="bfloat16"`
+  model's bfloat16 (its weights cast once at load: model/quantized.py)."""
+  return jnp.dtype(jnp.bfloat16) if cfg.quantization == "bfloat16" else compute_dtype(cfg)
 
 
 def _layer_norm(cfg: ModelConfig) -> nn.LayerNorm:
@@ -36,14 +42,15 @@ def _layer_norm(cfg: ModelConfig) -> nn.LayerNorm:
 def _attention(cfg: ModelConfig) -> attention_lib.MultiHeadAttention:
   return attention_lib.MultiHeadAttention(
       num_heads=cfg.num_heads, d_k=cfg.key_depth, d_v=cfg.value_depth, d_model=cfg.d_model,
-      dropout_rate=cfg.attention_dropout_rate, dtype=compute_dtype(cfg),
+      dropout_rate=cfg.attention_dropout_rate, dtype=product_dtype(cfg),
       implementation=cfg.attention_impl, int8=cfg.quantization == "int8",
-      use_bias=cfg.attention_bias)
+      use_bias=cfg.attention_bias, bfloat16=cfg.quantization == "bfloat16")
 
 
 def _feed_forward(cfg: ModelConfig) -> layers.FeedForward:
-  return layers.FeedForward(cfg.d_model, cfg.d_ff, dtype=compute_dtype(cfg),
-                            int8=cfg.quantization == "int8", activation=cfg.activation)
+  return layers.FeedForward(cfg.d_model, cfg.d_ff, dtype=product_dtype(cfg),
+                            int8=cfg.quantization == "int8", activation=cfg.activation,
+                            bfloat16=cfg.quantization == "bfloat16")
 
 
 def dropout(cfg: ModelConfig) -> layers.Dropout:

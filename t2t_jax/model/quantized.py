@@ -1,4 +1,4 @@
-"""An int8 model's parameters from a float32 model's, made once when a model is loaded.
+"""A decoding model's parameters from a float32 model's, made once when a model is loaded.
 
 A config with `quantization="int8"` builds the same Transformer with every Dense
 product (attention projections, feed-forward) a `kernels.int8.Int8Dense` and the output
@@ -8,6 +8,11 @@ softmax and the search (kernels/int8.py says how the products run). `quantize_pa
 turns a trained model's float32 params into that model's: each kernel [*in, *out]
 flattened to [in, out], transposed and quantised per output channel
 (`kernels.int8.quantize`).
+
+A config with `quantization="bfloat16"` builds the same Transformer, its products'
+operands in bfloat16 accumulating in float32 (`layers.float32_products`) and everything
+else float32; `quantize_params` casts its Dense kernels and embedding tables to bfloat16
+once (`BFLOAT16`), so that no program casts them at every step.
 """
 
 from __future__ import annotations
@@ -17,6 +22,7 @@ from typing import Any
 
 import flax
 import jax
+import jax.numpy as jnp
 
 from t2t_jax.configs import ModelConfig
 from t2t_jax.kernels import int8
@@ -38,14 +44,24 @@ def _quantize(weights: jax.Array, transpose: bool = True) -> int8.Int8Kernel:
   return int8.quantize(weights.T if transpose else weights)
 
 
-def quantize_params(cfg: ModelConfig, params: Params) -> Params:
-  """A float32 model's params -> the params of the model `cfg` (quantization "int8") builds.
+# The parameters a quantization="bfloat16" model holds in bfloat16: the products' weights.
+BFLOAT16 = ("kernel", "embedding")
 
-  The int8 model's parameter tree, from `transformer.init_params`' shapes, says
+
+def quantize_params(cfg: ModelConfig, params: Params) -> Params:
+  """A float32 model's params -> the params of the model `cfg` (quantization "int8" or
+  "bfloat16") builds.
+
+  int8: the int8 model's parameter tree, from `transformer.init_params`' shapes, says
   which arrays become `int8.Int8Kernel`s; every other array is the float32 one.
+  bfloat16: the same tree, the `BFLOAT16` arrays cast to bfloat16.
   """
+  if cfg.quantization == "bfloat16":
+    return jax.tree_util.tree_map_with_path(
+        lambda path, x: x.astype(jnp.bfloat16) if path[-1].key in BFLOAT16 else x,
+        flax.core.unfreeze(params))
   if cfg.quantization != "int8":
-    raise ValueError(f"quantize_params makes int8 params; the config has "
+    raise ValueError(f"quantize_params makes int8 or bfloat16 params; the config has "
                      f"quantization={cfg.quantization!r}")
   target = flax.traverse_util.flatten_dict(
       jax.eval_shape(functools.partial(transformer.init_params, cfg), jax.random.key(0)))

@@ -79,7 +79,7 @@ class Transformer(nn.Module):
     # variance, and as the output projection x . E^T of a layer-normed x has unit
     # variance too (docs/model.md).
     embed = lambda: nn.Embed(
-        cfg.vocab_size, cfg.d_model, dtype=encoder_decoder.compute_dtype(cfg),
+        cfg.vocab_size, cfg.d_model, dtype=encoder_decoder.product_dtype(cfg),
         param_dtype=jnp.float32, embedding_init=nn.initializers.normal(stddev=cfg.d_model ** -0.5))
     if cfg.share_embeddings:
       self.embedding = embed()
@@ -119,7 +119,8 @@ class Transformer(nn.Module):
   def _embed(self, ids: Array, positions: Array, role: str, deterministic: bool) -> Array:
     """ids [batch, length] at integer `positions` ([length] or [batch, length]) -> [batch, length, d_model]."""
     cfg = self.config
-    x = self._embedding(role)(ids) * math.sqrt(cfg.d_model)            # stays in compute dtype
+    x = self._embedding(role)(ids).astype(encoder_decoder.compute_dtype(cfg))
+    x = x * math.sqrt(cfg.d_model)                                     # stays in compute dtype
     if cfg.positional_encoding == "learned":
       table = self.source_positions if role == "source" else self.target_positions
       pe = jnp.take(table, positions, axis=0)
@@ -143,9 +144,10 @@ class Transformer(nn.Module):
     """[..., d_model] -> [..., vocab] float32: y E^T (pre-softmax, section 3.4), + b with
     `output_bias`.
 
-    Operands in the compute dtype, accumulated and returned in float32;
-    `logits.project_logits` says what `layout` and `shortlist` change.
+    Operands in the products' dtype (`encoder_decoder.product_dtype`), accumulated and
+    returned in float32; `logits.project_logits` says what `layout` and `shortlist` change.
     """
+    y = y.astype(encoder_decoder.product_dtype(self.config))
     if self.config.quantization == "int8":
       from t2t_jax.kernels import int8  # pylint: disable=import-outside-toplevel
       logits = int8.project_logits(y, self._output_kernel(), layout, shortlist)

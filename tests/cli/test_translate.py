@@ -16,6 +16,7 @@ import sys
 import threading
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 
@@ -265,7 +266,7 @@ def test_device_dtype_and_output_limits_reach_the_search(workdir, tmp_path, monk
   search = batch_decoder._beam_decode  # pylint: disable=protected-access
 
   def spy(params, inputs, max_lens, **settings):
-    calls.append((np.asarray(inputs), np.asarray(max_lens), settings))
+    calls.append((np.asarray(inputs), np.asarray(max_lens), settings, params))
     return search(params, inputs, max_lens, **settings)
 
   monkeypatch.setattr(batch_decoder, "_beam_decode", spy)
@@ -276,8 +277,10 @@ def test_device_dtype_and_output_limits_reach_the_search(workdir, tmp_path, monk
   finally:
     jax.config.update("jax_default_device", None)
   assert len(rows) == len(SHORT) and calls
-  for inputs, max_lens, settings in calls:
-    assert all(m.dtype == "bfloat16" for m in settings["models"])
+  for inputs, max_lens, settings, params in calls:
+    # bfloat16 weights cast once at load, the rest float32 (quantization="bfloat16").
+    assert all(m.quantization == "bfloat16" and m.dtype == "float32" for m in settings["models"])
+    assert all(p["embedding"]["embedding"].dtype == jnp.bfloat16 for p in params)
     lengths = (inputs != 0).sum(1)
     np.testing.assert_array_equal(max_lens, np.where(lengths > 0, np.ceil(lengths / 2) + 1, 1))
     assert settings["max_len"] == np.ceil(inputs.shape[1] / 2) + 1

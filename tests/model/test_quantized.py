@@ -1,4 +1,5 @@
-"""model/quantized.py and the int8 model: its params from float32 ones, its logits near float32's.
+"""model/quantized.py and the int8 and bfloat16 models: their params from float32 ones, their
+logits near float32's; the bfloat16 model's products in bfloat16 accumulating in float32.
 
 The int8 model's logits differ from float32's by the rounding of every product's
 activations and weights (at most half a step, absmax / 127, per element: kernels/int8.py),
@@ -7,6 +8,7 @@ logits' range, so the bounds below are loose by design and fixed keys make them 
 """
 
 import functools
+import re
 
 import jax
 import jax.numpy as jnp
@@ -116,9 +118,61 @@ def test_int8_cached_decoding_is_its_full_forward_pass():
 
 
 def test_float32_params_are_refused_by_the_float_config_and_training_refuses_int8():
-  with pytest.raises(ValueError, match="quantize_params makes int8 params"):
+  with pytest.raises(ValueError, match="quantize_params makes int8 or bfloat16 params"):
     quantized.quantize_params(CFG.model, _params(CFG))
   with pytest.raises(ValueError, match="quantization='int8' is for decoding only"):
     step_lib.build(_int8(CFG))
   with pytest.raises(ValueError, match="cannot be combined with dtype='bfloat16'"):
     _int8(CFG).replace(dtype="bfloat16")
+
+
+# ------------------------------------------------------------------------- bfloat16
+
+
+def _bfloat16(cfg):
+  return cfg.replace(quantization="bfloat16")
+
+
+def _dots_and_converts(cfg, params):
+  """The lowered decode step's dot_general operand/result types and converted shapes."""
+  cache = transformer.init_cache(cfg.model, params, INPUTS, 8)
+  text = jax.jit(lambda p, c: transformer.decode_step(cfg.model, p, c, TARGETS[:, 0], 0,
+                                                      "vocab_major")).lower(params, cache).as_text()
+  dots = re.findall(r"stablehlo.dot_general .*: \((tensor<[^>]*>), (tensor<[^>]*>)\) -> (tensor<[^>]*>)",
+                    text)
+  converted = re.findall(r"stablehlo.convert %\S+ : \(tensor<([0-9x]*)x?bf16>\)", text)
+  return dots, converted
+
+
+@pytest.mark.parametrize("cfg", [CFG, CFG_UNSHARED, CFG_BIASES], ids=["shared", "unshared", "biases"])
+def test_bfloat16_weights_are_cast_once_and_every_product_accumulates_in_float32(cfg):
+  params = quantized.quantize_params(_bfloat16(cfg).model, _params(cfg))
+  for path, x in jax.tree_util.tree_flatten_with_path(params)[0]:
+    source = functools.reduce(lambda tree, key: tree[key.key], path, _params(cfg))
+    cast = path[-1].key in quantized.BFLOAT16
+    assert x.dtype == (jnp.bfloat16 if cast else jnp.float32), path
+    np.testing.assert_array_equal(x, np.asarray(source).astype(x.dtype))
+  dots, converted = _dots_and_converts(_bfloat16(cfg), params)
+  assert dots and all(a.endswith("xbf16>") and b.endswith("xbf16>") and out.endswith("xf32>")
+                      for a, b, out in dots), dots
+  # No weight is converted in the step: only activations (rows first) and biases.
+  weights = {"x".join(map(str, x.shape)) for x in jax.tree.leaves(params) if x.ndim >= 2}
+  assert not weights & set(converted), weights & set(converted)
+
+
+@pytest.mark.parametrize("cfg", [CFG, CFG_UNSHARED, CFG_BIASES], ids=["shared", "unshared", "biases"])
+def test_bfloat16_logits_are_close_to_float32s_and_cached_decoding_is_the_forward_pass(cfg):
+  float_logits = _forward(cfg, _params(cfg))
+  model = _bfloat16(cfg)
+  params = quantized.quantize_params(model.model, _params(cfg))
+  logits = _forward(model, params)
+  spread = float_logits.max() - float_logits.min()
+  assert logits.dtype == np.float32
+  assert 1e-6 * spread < np.abs(logits - float_logits).max() <= 0.02 * spread
+  cache = transformer.init_cache(model.model, params, INPUTS, TARGETS.shape[1])
+  tokens = jnp.zeros((3,), jnp.int32)
+  for position in range(TARGETS.shape[1]):
+    step, cache = transformer.decode_step(model.model, params, cache, tokens, position)
+    real = np.asarray(TARGETS[:, position] != 0)
+    np.testing.assert_allclose(step[real], logits[real, position], atol=1e-2 * spread)
+    tokens = TARGETS[:, position]
