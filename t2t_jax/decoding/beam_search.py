@@ -119,15 +119,16 @@ def best_tokens(logits: Logits, n: int) -> tuple[Array, Array]:
   never picked ahead of a real token; picked anyway (n above the real tokens),
   it scores NEG_INF.
   """
-  vocab_major = isinstance(logits, VocabMajor)
-  x = (logits.logits if vocab_major else logits).astype(jnp.float32)
-  axis = 0 if vocab_major else 1
-  top = jnp.max(x, axis=axis)                                           # [rows]
-  normaliser = jnp.log(jnp.sum(jnp.exp(x - jnp.expand_dims(top, axis)), axis=axis))
-  # -inf only ever meets the subtractions below, never another infinity.
-  x = x.at[(PAD_ID, slice(None)) if vocab_major else (slice(None), PAD_ID)].set(-jnp.inf)
-  values, tokens = (choice.top_k_columns if vocab_major else choice.top_k)(x, min(n, x.shape[axis]))
-  values = (values - top[:, None]) - normaliser[:, None]
+  if isinstance(logits, VocabMajor):   # [vocab, rows], read in place (kernels/logits.py)
+    x = logits.logits.astype(jnp.float32)
+    values, tokens = choice.best_columns(x, min(n, x.shape[0]), PAD_ID)
+  else:
+    x = logits.astype(jnp.float32)                                      # [rows, vocab]
+    top = jnp.max(x, axis=1)                                            # [rows]
+    normaliser = jnp.log(jnp.sum(jnp.exp(x - top[:, None]), axis=1))
+    # -inf only ever meets the subtractions below, never another infinity.
+    values, tokens = choice.top_k(x.at[:, PAD_ID].set(-jnp.inf), min(n, x.shape[1]))
+    values = (values - top[:, None]) - normaliser[:, None]
   return jnp.where(tokens == PAD_ID, NEG_INF, values), tokens
 
 

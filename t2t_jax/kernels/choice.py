@@ -9,14 +9,19 @@ held equal to the reference by the tests:
   logits      reference `logits.projection` [rows, vocab]; swap-in
               `logits.vocab_major_projection` [vocab, rows], which one model's searches
               read in place (`logits_layout`)
-  top-k       reference `jax.lax.top_k`; swap-ins `logits.blocked_top_k(_columns)`, by the
-              platform the program is lowered for (`top_k`, `top_k_columns`)
+  top-k       reference `jax.lax.top_k`; swap-in `logits.blocked_top_k`, and for
+              vocabulary-major logits (with their normaliser) reference `logits.best_columns`,
+              swap-in `logits.blocked_best_columns`; by the platform the program is lowered
+              for (`top_k`, `best_columns`)
 Dropout's masks are chosen by the config's `dropout_generator` (`model.layers.dropout`:
 `jax.random.bernoulli`, or `dropout.hash_dropout`), the same on every platform.
 """
 
 from __future__ import annotations
 
+import functools
+import logging
+import platform
 from typing import Any, Optional
 
 import jax
@@ -26,6 +31,7 @@ from jax import lax
 from t2t_jax.kernels import logits as logits_lib
 
 Array = jax.Array
+log = logging.getLogger(__name__)
 
 # Platforms whose programs get cuDNN attention: the names jax.default_backend() and the
 # compile-only topologies give NVIDIA GPUs.
@@ -113,7 +119,7 @@ def logits_layout(models: int) -> str:
 # Chosen inside the program by the platform it is compiled for (`lax.platform_dependent`),
 # so a program built here for a TPU gets the TPU's choice: `jax.lax.top_k` itself, which
 # XLA's TPU cost model predicts faster than the blocked one over 256 x 37000
-# (docs/benchmarks.md, "compiler predictions"); elsewhere `logits.blocked_top_k`.
+# (docs/benchmarks.md, "compiler predictions"); elsewhere the blocked ones.
 
 
 def top_k(x: Array, n: int) -> tuple[Array, Array]:
@@ -122,8 +128,49 @@ def top_k(x: Array, n: int) -> tuple[Array, Array]:
                                 default=lambda x: logits_lib.blocked_top_k(x, n))
 
 
-def top_k_columns(x: Array, n: int) -> tuple[Array, Array]:
-  """`jax.lax.top_k(x.T, n)` for x [size, columns]: itself on a TPU,
-  `logits.blocked_top_k_columns` elsewhere."""
-  return lax.platform_dependent(x, tpu=lambda x: tuple(jax.lax.top_k(x.T, n)),
-                                default=lambda x: logits_lib.blocked_top_k_columns(x, n))
+def best_columns(x: Array, n: int, skip: int) -> tuple[Array, Array]:
+  """`logits.best_columns(x, n, skip)` for logits x [size, columns] (each column's n best
+  log-probabilities, row `skip` left out of the picking): itself on a TPU,
+  `logits.blocked_best_columns` elsewhere."""
+  return lax.platform_dependent(x, tpu=lambda x: logits_lib.best_columns(x, n, skip),
+                                default=lambda x: logits_lib.blocked_best_columns(x, n, skip))
+
+
+# ------------------------------------------------------------------------------ the CPU
+# The instruction sets a CPU's products may use, as /proc/cpuinfo (lscpu) names them, best
+# first: AMX tiles (Sapphire Rapids and later Xeons), AVX-512 with bfloat16 and VNNI
+# (int8 dot products), AVX-512, AVX2. XLA's CPU backend picks its instructions itself;
+# the choices below are of the program's form where one form is measured faster.
+CPU_FLAGS = ("amx_bf16", "amx_int8", "avx512_bf16", "avx512_vnni", "avx512f", "avx2")
+CPUINFO = "/proc/cpuinfo"
+
+
+@functools.cache
+def _cpuinfo(path: str) -> tuple[str, frozenset[str]]:
+  model, flags = "", frozenset()
+  try:
+    with open(path, encoding="utf-8", errors="replace") as f:
+      for line in f:
+        key, _, value = line.partition(":")
+        if key.strip() == "model name" and not model:
+          model = value.strip()
+        elif key.strip() == "flags" and not flags:
+          flags = frozenset(value.split())
+        if model and flags:
+          break
+  except OSError:
+    pass
+  return model or platform.processor() or "unknown CPU", flags
+
+
+def cpu_flags(path: str = CPUINFO) -> frozenset[str]:
+  """This host's CPU feature flags among `CPU_FLAGS` (read once; empty where unknown)."""
+  return _cpuinfo(path)[1] & frozenset(CPU_FLAGS)
+
+
+def cpu_description(path: str = CPUINFO) -> str:
+  """The CPU's model name and its `CPU_FLAGS`, e.g. "Intel(R) Xeon(R) Platinum 8480+
+  (amx_bf16 amx_int8 avx512_bf16 avx512_vnni avx512f avx2)"."""
+  model, _ = _cpuinfo(path)
+  flags = cpu_flags(path)
+  return f"{model} ({' '.join(f for f in CPU_FLAGS if f in flags) or 'none of ' + '/'.join(CPU_FLAGS)})"

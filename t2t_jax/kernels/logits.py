@@ -44,6 +44,7 @@ from typing import Optional
 import flax.struct
 import jax
 import jax.numpy as jnp
+import numpy as np
 
 from t2t_jax.ids import FILLER, PAD_ID
 
@@ -163,6 +164,55 @@ def blocked_top_k_columns(x: Array, n: int) -> tuple[Array, Array]:
   chosen = jnp.sort(chosen, axis=-1)
   candidates = x[chosen, :, jnp.arange(columns)[:, None]]             # [columns, n, block]
   return _finish(candidates, chosen, block)
+
+
+def best_columns(x: Array, n: int, skip: int) -> tuple[Array, Array]:
+  """The reference: each column of logits x [size, columns] as log-probabilities (the
+  normaliser over the whole column), and the top n of them other than row `skip`, which is
+  picked last and then at -inf: values, indices [columns, n], as
+  `jax.lax.top_k(log_softmax(x, axis=0).at[skip].set(-inf).T, n)`."""
+  top = jnp.max(x, axis=0)                                             # [columns]
+  normaliser = jnp.log(jnp.sum(jnp.exp(x - top), axis=0))
+  values, index = jax.lax.top_k(x.at[skip].set(-jnp.inf).T, n)
+  return (values - top[:, None]) - normaliser[:, None], index
+
+
+def blocked_best_columns(x: Array, n: int, skip: int) -> tuple[Array, Array]:
+  """`best_columns` reading x [size, columns] twice and writing nothing of its size.
+
+  The reference's search writes x again (row `skip` at -inf) and reads it three times
+  (the maximum, the normaliser, the top n), and `blocked_top_k_columns` pads it to whole
+  blocks: at a 37000-word vocabulary and 64 rows each is 9.5 MB, a few ms a step on a CPU.
+  Here the whole blocks' maxima are one read of x in place (the last, partial block and
+  `skip`'s block, without `skip`, are read apart: small), the column's maximum is theirs
+  and `skip`'s, the normaliser is the second read, and only the n chosen blocks are
+  gathered (`blocked_top_k_columns`' argument), `skip` masked there. Same values and
+  indices as `best_columns`, ties included.
+  """
+  size, columns = x.shape
+  block = _block(size, n)
+  whole = size // block                                                # whole blocks
+  if -(-size // block) <= n or not 0 <= skip < size:
+    return best_columns(x, n, skip)
+  # A window, not a reshape: that would need a slice of the whole blocks, which XLA CPU copies.
+  maxima = jax.lax.reduce_window(x, -jnp.inf, jax.lax.max, (block, 1), (block, 1),
+                                 "VALID")                              # [whole, columns]
+  if whole * block < size:                                             # the partial last block
+    maxima = jnp.concatenate([maxima, jnp.max(x[whole * block:], axis=0)[None]])
+  start = skip // block * block
+  rows = np.arange(start, min(start + block, size))                   # skip's block
+  others = jnp.max(jnp.where((rows == skip)[:, None], -jnp.inf, x[rows[0]:rows[-1] + 1]), axis=0)
+  maxima = maxima.at[start // block].set(others)                      # skip left out
+  top = jnp.maximum(jnp.max(maxima, axis=0), x[skip])                  # [columns]
+  normaliser = jnp.log(jnp.sum(jnp.exp(x - top), axis=0))
+  _, chosen = jax.lax.top_k(maxima.T, n)                              # [columns, n] blocks
+  chosen = jnp.sort(chosen, axis=-1)                                  # index order
+  index = chosen[..., None] * block + jnp.arange(block)               # [columns, n, block]
+  candidates = x.at[index, jnp.arange(columns)[:, None, None]].get(mode="fill",
+                                                                   fill_value=-jnp.inf)
+  candidates = jnp.where(index == skip, -jnp.inf, candidates)
+  values, index = _finish(candidates, chosen, block)
+  return (values - top[:, None]) - normaliser[:, None], index
 
 
 def _finish(candidates: Array, chosen: Array, block: int) -> tuple[Array, Array]:

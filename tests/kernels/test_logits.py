@@ -3,6 +3,8 @@ blocked top-k against jax.lax.top_k (ties included), and choice.top_k the TPU's 
 program is lowered for a TPU; the output layer fused with the loss against the reference
 loss (train/step.py), gradients included."""
 
+import re
+
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -137,13 +139,44 @@ def test_blocked_top_k_equals_lax_top_k_ties_included():
       for got, want in ((logits_lib.blocked_top_k(x, n), jax.lax.top_k(x, n)),
                         (choice.top_k(x, n), jax.lax.top_k(x, n)),
                         # the same rows stored as columns, read in place
-                        (logits_lib.blocked_top_k_columns(rows.T, n), jax.lax.top_k(rows, n)),
-                        (choice.top_k_columns(rows.T, n), jax.lax.top_k(rows, n))):
+                        (logits_lib.blocked_top_k_columns(rows.T, n), jax.lax.top_k(rows, n))):
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
 
 
-@pytest.mark.parametrize("fn,shape", [(choice.top_k, (4, 37000)), (choice.top_k_columns, (37000, 4))])
+def test_blocked_best_columns_equals_the_reference_ties_and_the_skipped_row_included():
+  rng = np.random.default_rng(3)
+  best = jax.jit(logits_lib.best_columns, static_argnums=(1, 2))
+  blocked = jax.jit(logits_lib.blocked_best_columns, static_argnums=(1, 2))
+  # 37000: blocks of 74, no partial one; 37003 (prime): a partial last block; 300: few blocks.
+  for size, n, skip in ((37000, 8, 0), (37003, 8, 0), (1000, 8, 999), (1000, 6, 130), (300, 8, 0),
+                        (9, 8, 0)):
+    for x in (rng.integers(-3, 1, (size, 5)), rng.normal(size=(size, 5)) * 3):
+      x = jnp.asarray(x, jnp.float32)
+      x = x.at[skip, 0].set(9.0)                        # the skipped row best in one column
+      want = jax.lax.top_k(jax.nn.log_softmax(x, axis=0).at[skip].set(-jnp.inf).T, n)
+      for got in (best(x, n, skip), blocked(x, n, skip), choice.best_columns(x, n, skip)):
+        np.testing.assert_array_equal(got[1], want[1])
+        np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-5)
+      np.testing.assert_array_equal(blocked(x, n, skip)[0], best(x, n, skip)[0])
+      assert not np.any(np.asarray(want[1])[:, :min(n, size - 1)] == skip)
+
+
+def test_blocked_best_columns_reads_the_logits_in_place():
+  # Nothing of the logits' size is written: no copy with the skipped row at -inf, no padding
+  # to whole blocks, no slice of the whole blocks (XLA CPU copies those out).
+  for size in (37000, 37003):
+    x = jax.ShapeDtypeStruct((size, 64), jnp.float32)
+    text = jax.jit(lambda x: logits_lib.blocked_best_columns(x, 8, 0)).lower(x).compile().as_text()
+    entry = text[text.index("ENTRY"):].splitlines()[1:]
+    shapes = [re.match(r"\s*(?:ROOT )?%\S+ = f32\[(\d+),64\]", line) for line in entry]
+    written = [line for line, shape in zip(entry, shapes)
+               if shape and int(shape[1]) > size // 2 and "parameter(" not in line]
+    assert not written, written
+
+
+@pytest.mark.parametrize("fn,shape", [(choice.top_k, (4, 37000)),
+                                      (lambda x, n: choice.best_columns(x, n, 0), (37000, 4))])
 def test_top_k_is_the_tpus_own_in_a_tpu_program_and_blocked_elsewhere(fn, shape):
   # Chosen by the platform the program is lowered for, not the one running this process.
   x = jax.ShapeDtypeStruct(shape, jnp.float32)
@@ -151,6 +184,8 @@ def test_top_k_is_the_tpus_own_in_a_tpu_program_and_blocked_elsewhere(fn, shape)
       lowering_platforms=(platform,)).as_text().count("top_k")
   assert top_ks("tpu") == 1          # jax.lax.top_k alone
   assert top_ks("cpu") == 2          # the blocks' maxima, then the chosen blocks
+
+
 def test_add_bias_adds_each_ids_bias_in_either_layout_and_on_a_shortlist():
   rng = np.random.default_rng(2)
   hidden, kernel = _operands(rng, 3, 8)
