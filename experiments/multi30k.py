@@ -1,5 +1,5 @@
 """Multi30k English->German (a small real corpus, fetched at run time) end to end on any CPU:
-the real-corpus check of how much int8 and the lexical shortlist cost.
+the real-corpus check of how much int8, bfloat16 and the lexical shortlist cost.
 
     python experiments/multi30k.py --workdir=runs/multi30k
     python experiments/multi30k.py --workdir=runs/multi30k --data_dir=data/multi30k \

@@ -1,6 +1,7 @@
 """Multi30k English->German end to end: fetch the corpus (data/multi30k.py), train the
 `multi30k` preset with `t2t-train`, then translate its test set each way a CPU user can
-ship the model (float32, int8, the lexical shortlist, both) and score each with sacreBLEU.
+ship the model (float32, int8, bfloat16, each with the lexical shortlist too) and score each
+with sacreBLEU.
 
     argv = multi30k.train_argv("runs/multi30k", data.multi30k.fetch("data/multi30k"))
     modes = multi30k.compare_modes("runs/multi30k", "data/multi30k/test.en,data/multi30k/test.de")
@@ -34,6 +35,8 @@ MODES: dict[str, dict[str, Any]] = {
     "int8": {"int8": True},
     "shortlist": {"shortlist": True},
     "int8+shortlist": {"int8": True, "shortlist": True},
+    "bfloat16": {"dtype": "bfloat16"},
+    "bfloat16+shortlist": {"dtype": "bfloat16", "shortlist": True},
 }
 
 

@@ -18,5 +18,6 @@ def test_unknown_modes_are_refused_in_one_line_before_any_model_loads(tmp_path):
   (tmp_path / "t.de").write_text("b\n")
   spec = f"{tmp_path / 't.en'},{tmp_path / 't.de'}"
   with pytest.raises(ValueError, match=r"unknown modes fp16, int4; choose from float32, int8, "
-                                       r"shortlist, int8\+shortlist$"):
+                                       r"shortlist, int8\+shortlist, bfloat16, "
+                                       r"bfloat16\+shortlist$"):
     multi30k.compare_modes(tmp_path / "no_run", spec, ["float32", "fp16", "int4"])
