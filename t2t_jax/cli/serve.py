@@ -53,6 +53,9 @@ def _parser() -> argparse.ArgumentParser:
                       help="--engine jax: int8 weights and activations in the Dense products and "
                            "the output projection (t2t-translate --int8); translations may "
                            "differ slightly from float32's")
+  parser.add_argument("--dtype", choices=("float32", "bfloat16"),
+                      help="--engine jax: bfloat16 weights (cast at load) and products, the rest "
+                           "float32 (t2t-translate --dtype); default: the work directory's")
   flags.add_search_flags(parser)   # --beam_size: a request's default
   parser.add_argument("--shortlist", action="store_true",
                       help="--engine jax: pick each batch's outputs among the candidates of the "
@@ -113,8 +116,9 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
   if args.shortlist and args.engine != "jax":
     raise ValueError("--shortlist is for --engine jax (CTranslate2 reads the exported vmap.txt "
                      "with use_vmap=True)")
-  if args.int8 and args.engine != "jax":
-    raise ValueError("--int8 is for --engine jax (the ctranslate2 engine decodes in float32)")
+  if (args.int8 or args.dtype) and args.engine != "jax":
+    raise ValueError(f"--{'int8' if args.int8 else 'dtype'} is for --engine jax (the ctranslate2 "
+                     "engine decodes in float32)")
   try:
     from t2t_jax.serve import app as app_lib  # pylint: disable=import-outside-toplevel
     from t2t_jax.serve import engines  # pylint: disable=import-outside-toplevel
@@ -124,7 +128,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
         f"{e}: the serve extra is not installed: {errors.install('serve')}") from None
   platform.enable_compilation_cache()
   translator = inference.Translator(args.checkpoint or args.workdir, average=args.average,
-                                    int8=args.int8, programs=True, shortlist=args.shortlist,
+                                    int8=args.int8, dtype=args.dtype, programs=True,
+                                    shortlist=args.shortlist,
                                     **flags.search_overrides(args))
   engine = _engine(args, translator)
   settings = engines.Settings(beam_size=translator.cfg.beam_size)

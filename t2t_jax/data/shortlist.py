@@ -74,10 +74,13 @@ def sizes(vocab_size: int) -> list[int]:
 @dataclasses.dataclass(frozen=True)
 class Shortlist:
   """per_source [vocab, K] int32: each source id's candidates, best first (FILLER after);
-  frequent [N] int32: the most frequent target ids, most frequent first."""
+  frequent [N] int32: the most frequent target ids, most frequent first. `by_shape`: every
+  batch's list is padded to the size any batch of its shape fits (`shape_size`), so that
+  each batch shape has one program, compiled ahead (a server's warm-up: `by_shapes`)."""
   per_source: np.ndarray
   frequent: np.ndarray
   spm_sha256: str = ""
+  by_shape: bool = False
 
   @property
   def vocab_size(self) -> int:
@@ -94,10 +97,25 @@ class Shortlist:
     return listed[listed != FILLER].astype(np.int32)
 
   def batch_ids(self, inputs: np.ndarray) -> np.ndarray:
-    """`candidates` padded with FILLER to the smallest of `sizes` that holds them [size] int32."""
+    """`candidates` padded with FILLER to the smallest of `sizes` that holds them (with
+    `by_shape`: to `shape_size` of the batch's shape) [size] int32."""
     listed = self.candidates(inputs)
-    size = next(s for s in sizes(self.vocab_size) if s >= len(listed))
+    least = self.shape_size(*np.shape(inputs)) if self.by_shape else len(listed)
+    size = next(s for s in sizes(self.vocab_size) if s >= max(least, len(listed)))
     return np.concatenate([listed, np.full(size - len(listed), FILLER, np.int32)])
+
+  def shape_size(self, rows: int, width: int) -> int:
+    """The shortlist size that holds the candidates of any batch [rows, width] (EOS in
+    every row): all of `ALWAYS` and the frequent ids, and the most entries a source id has
+    for each of the batch's at most rows x (width - 1) source ids (those with entries)."""
+    entries = (self.per_source != FILLER).sum(axis=1)
+    sources = min(rows * max(width - 1, 0), int((entries > 0).sum()))
+    bound = len(np.union1d(self.frequent, ALWAYS)) + sources * int(entries.max(initial=0))
+    return next(s for s in sizes(self.vocab_size) if s >= min(bound, self.vocab_size))
+
+  def by_shapes(self) -> "Shortlist":
+    """This table with `by_shape` on."""
+    return dataclasses.replace(self, by_shape=True)
 
 
 # ------------------------------------------------------------------------ counting

@@ -290,7 +290,7 @@ def _beam_decode(params: tuple, inputs: Array, max_lens: Array, *, models: tuple
 
 
 def compile_beam_programs(members: Sequence[Member], rows: int, width: int, search: Search,
-                          store: Any = None) -> int:
+                          store: Any = None, shortlist: Any = None) -> int:
   """Compiles (or reads from the compilation cache) every program that beam search over a
   batch [rows, width] with `search` may run, decoding almost nothing; returns how many.
 
@@ -299,7 +299,9 @@ def compile_beam_programs(members: Sequence[Member], rows: int, width: int, sear
   state, so it compiles but steps no further. The programs are the ones
   `decode_batch` calls for any batch of that shape: the output length and chunks
   depend only on the width (`search.output_limits`), never on the ids. `store`:
-  loaded from and stored there (runtime/stored_programs.py).
+  loaded from and stored there (runtime/stored_programs.py). `shortlist`: the programs over
+  its lists of this batch's size, which with `by_shape` (data/shortlist.py) is the size every
+  batch of the shape takes.
   """
   if search.sample:
     raise ValueError("compile_beam_programs compiles beam search; sampling has one program, "
@@ -308,10 +310,11 @@ def compile_beam_programs(members: Sequence[Member], rows: int, width: int, sear
   check_compatible(members)
   inputs, max_len, max_lens = checked_limits(
       np.full((rows, width), PAD_ID, np.int32), search, max_positions(members))
+  candidates = None if shortlist is None else jax.device_put(shortlist.batch_ids(inputs))
   _beam_decode(tuple(m.params for m in members), *jax.device_put((inputs, max_lens)),
                models=tuple(m.cfg for m in members), beam_size=search.beam_size,
                alpha=float(search.alpha), max_len=max_len, n_best=search.n_best,
-               min_len=search.min_len, every_chunk=True, store=store)
+               min_len=search.min_len, every_chunk=True, store=store, shortlist=candidates)
   return len(chunk_lengths(max_len))
 
 

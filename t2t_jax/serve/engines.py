@@ -103,6 +103,9 @@ class JaxEngine:
     tokens (`batch_decoder.output_limits`), as with t2t-translate's --max_len_a. `rows`: the row
     counts the warm-up compiles (default `ROWS` and batch_size)."""
     self.translator, self.cfg, self.tokenizer = translator, translator.cfg, translator.tokenizer
+    if translator.shortlist is not None:
+      # Each batch shape's lists take one size, so that the warm-up compiles its programs.
+      translator.shortlist = translator.shortlist.by_shapes()
     self.batch_size, self.max_len_a = batch_size, max_len_a
     self.rows = sorted({min(r, batch_size) for r in (ROWS if rows is None else rows)}
                        | {batch_size})
@@ -172,7 +175,9 @@ class JaxEngine:
     Every chunk of the search (`batch_decoder.chunk_lengths`) of each shape, so that no
     request pays a compilation; each program runs for a step at most
     (`batch_decoder.compile_beam_programs`), or is loaded from the translator's stored
-    programs (runtime/stored_programs.py). Requests use each shape as soon as it is done.
+    programs (runtime/stored_programs.py). With a shortlist, the programs over the one list
+    size each shape's batches take (`Shortlist.shape_size`). Requests use each shape as soon
+    as it is done.
     """
     search = _search(self, settings)
     shapes = self.shapes(max_pieces)
@@ -181,7 +186,8 @@ class JaxEngine:
       if stop is not None and stop.is_set():
         break
       made += batch_decoder.compile_beam_programs(self.translator.members, *shape, search,
-                                             self.translator.programs)
+                                                  self.translator.programs,
+                                                  self.translator.shortlist)
       with self._compiled_lock:
         self._compiled.setdefault(settings, set()).add(shape)
       heap.release()   # the compiler's peak, freed but held by the C heap
@@ -208,6 +214,9 @@ class CTranslate2Engine:
     its own with `threads` // `workers` threads (`threads` 0: every core)."""
     ctranslate2 = loading.require("ctranslate2")
     self.translator, self.cfg, self.tokenizer = translator, translator.cfg, translator.tokenizer
+    if translator.shortlist is not None:
+      # Each batch shape's lists take one size, so that the warm-up compiles its programs.
+      translator.shortlist = translator.shortlist.by_shapes()
     self.batch_size, self.max_len_a = batch_size, max_len_a
     # One replica per batch in flight, one thread each, translates more batches than one
     # replica with every thread, and steadily, and it needs no lock (measured on a 2-core

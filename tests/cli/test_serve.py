@@ -88,3 +88,16 @@ def test_int8_reaches_the_jax_engines_model_and_is_refused_for_ctranslate2(train
   with pytest.raises(SystemExit, match="--int8 is for --engine jax"):
     serve.main(["--workdir", str(trained_workdir), "--engine", "ctranslate2", "--int8"])
   assert not started
+
+
+def test_bfloat16_reaches_the_jax_engines_model_and_is_refused_for_ctranslate2(trained_workdir,
+                                                                               started):
+  serve.main(["--workdir", str(trained_workdir), "--dtype", "bfloat16"])
+  translator = started["engine"].translator
+  assert (translator.cfg.quantization, translator.cfg.dtype) == ("bfloat16", "float32")
+  assert translator.params["embedding"]["embedding"].dtype == "bfloat16"
+  started.clear()
+  with pytest.raises(SystemExit, match="--dtype is for --engine jax"):
+    serve.main(["--workdir", str(trained_workdir), "--engine", "ctranslate2", "--dtype",
+                "bfloat16"])
+  assert not started

@@ -118,3 +118,24 @@ def test_the_vocabulary_map_lists_the_frequent_ids_then_each_source(tokenizer):
   rules = dict(line.split("\t") for line in lines[1:])
   assert rules["dog"].split() == [pieces[i] for i in table.per_source[tokenizer.ids["dog"]]]
   assert not set(rules) & {"<pad>", "</s>", "<unk>"}
+
+
+def test_by_shape_every_batch_of_a_shape_takes_one_size_that_holds_its_candidates():
+  rng = np.random.default_rng(0)
+  vocab_size = 3000                  # sizes 256, 384, 512, ...: batches would differ in size
+  entries = rng.integers(3, vocab_size, (vocab_size, 40)).astype(np.int32)
+  entries[rng.random(entries.shape) < 0.5] = FILLER           # sources with fewer entries
+  entries[:3] = FILLER
+  table = shortlist.Shortlist(entries, np.arange(3, 20, dtype=np.int32)).by_shapes()
+  for rows, width in ((1, 4), (2, 6), (4, 8)):
+    sizes = set()
+    for _ in range(20):
+      inputs = rng.integers(0, vocab_size, (rows, width)).astype(np.int32)
+      inputs[:, -1] = EOS_ID
+      inputs[:, rng.integers(1, width):] = PAD_ID               # rows of any length
+      listed, ids = table.candidates(inputs), table.batch_ids(inputs)
+      assert len(listed) <= table.shape_size(rows, width)
+      np.testing.assert_array_equal(ids[:len(listed)], listed)
+      assert np.all(ids[len(listed):] == FILLER)
+      sizes.add(len(ids))
+    assert sizes == {table.shape_size(rows, width)}

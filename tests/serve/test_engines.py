@@ -4,13 +4,15 @@ both engines bound each output by our one length rule."""
 import concurrent.futures
 import contextlib
 import math
+import shutil
 import threading
 
 import jax
 import numpy as np
 
 from t2t_jax import inference
-from t2t_jax.ids import EOS_ID
+from t2t_jax.data import shortlist
+from t2t_jax.ids import EOS_ID, FILLER
 from t2t_jax.serve import app as app_lib
 from t2t_jax.serve import engines
 from t2t_jax.decoding import batch_decoder
@@ -70,6 +72,36 @@ def test_requests_compile_nothing_once_health_is_ready_nor_while_the_rest_compil
   stop = threading.Event()
   stop.set()
   assert engine.warm_up(6, settings, stop=stop) == 0      # no shape once the server stops
+
+
+def test_with_a_shortlist_the_warm_up_compiles_what_requests_use_and_they_translate_alike(
+    trained_workdir, tmp_path):
+  workdir = tmp_path / "run"
+  shutil.copytree(trained_workdir, workdir)
+  # 100 random entries a source piece: a line's list is longer than the 256 that the lists
+  # of no line (a warm-up's filler rows) take, and than a smaller vocabulary's.
+  rng = np.random.default_rng(4)
+  vocab_size = inference.load_tokenizer(workdir).vocab_size
+  entries = np.stack([rng.choice(np.arange(3, vocab_size), 100, replace=False)
+                      for _ in range(vocab_size)]).astype(np.int32)
+  entries[:3] = FILLER                                       # no entries for special pieces
+  table = shortlist.Shortlist(entries, np.arange(3, 9, dtype=np.int32),
+                              shortlist.spm_sha256(workdir / "vocab" / "spm.model"))
+  assert len(table.batch_ids(np.zeros((1, 8), np.int32))) < len(table.batch_ids(
+      np.asarray([[*range(5, 15), EOS_ID]])))
+  shortlist.save(table, workdir / shortlist.FILE)
+  groups = (LINES[:1], LINES[1:3], LINES[3:4], LINES[4:6])
+  # t2t-translate's, batch by batch: a batch's candidates are its own lines'.
+  direct = inference.Translator(workdir, shortlist=True)
+  expected = [direct.translate(group, batch_size=2) for group in groups]
+  jax.clear_caches()
+  translator = inference.Translator(workdir, shortlist=True)
+  engine = engines.JaxEngine(translator, batch_size=2)
+  settings = engines.Settings(beam_size=translator.cfg.beam_size)
+  assert engine.warm_up(6, settings) > 0
+  with _compilations() as seen:
+    got = [[t.text for t in engine.translate(group, settings)] for group in groups]
+  assert not seen and got == expected
 
 
 def test_a_batch_pads_into_the_cheapest_shape_compiled(trained_workdir):
