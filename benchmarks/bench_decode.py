@@ -10,6 +10,7 @@
         [--batch_size=64] [--beam_size=4] [--repeats=3]
     python benchmarks/bench_decode.py --ctranslate2 --configs=base --shortlist
         [--shortlist_per_source=50] [--shortlist_frequent=200]
+    python benchmarks/bench_decode.py --ctranslate2 --workdir=runs/multi30k --shortlist
 
 `random`: random parameters and source ids, decoded as `batch_decoder.decode_batch` does
 (self-attention buffer of source length + `extra` positions) but with every
@@ -40,26 +41,29 @@ differ.
 `--ctranslate2` (needs `pip install -e .[export]`) instead runs our beam search
 and CTranslate2 (float32 and int8) side by side on the same model exported with
 t2t_jax.export.ctranslate2, the same sentences, beam and batch size, and prints the ratio
-(ours / CTranslate2). With `--workdir`, a trained model translates the first
-`--sentences` lines of its demo test set (no length penalty in either engine, so
-both rank hypotheses the same way; the translations are compared too); without,
-the first of `--configs` with random parameters decodes random ids with EOS
-switched off, `--output_len` tokens each (CTranslate2: min = max decoding length).
-Rows: ours as `decode_ids` runs (two batches in flight) and, with `--workdir`,
-one batch at a time (`in_flight=1`); ours with int8 products (`quantization="int8"`,
-t2t-translate --int8: the params quantised once, before timing; "same as ours" counts
-its outputs equal to float32's); CTranslate2 with all cores on one batch (its usual
-CPU setting) and, marked xN, N batches at once, one core each (inter_threads, the
-counterpart of our in_flight). The last lines are our speed over CTranslate2's in each mode.
-`--shortlist` (random parameters only) adds a lexical shortlist
-(data/shortlist.py) on the same ids in both engines: a synthetic table, seeded,
-of `--shortlist_per_source` random target ids for each source id and
-`--shortlist_frequent` random frequent ones (the sizes CTranslate2's and
-Marian's users give: 20-100 per source, 100-500 frequent), as ours decodes it
-(the batch's candidates padded to a shortlist size) and as CTranslate2's
-vmap.txt (`use_vmap=True`). Rows "ours + shortlist" and "... + vmap"; the
-latter's "same as ours" counts the outputs equal to ours + shortlist, as does "ours int8 +
-shortlist"'s.
+(ours / CTranslate2). The header names the CPU and its AMX, AVX-512 (bfloat16, VNNI)
+and AVX2 flags (`kernels.choice.cpu_description`). With `--workdir`, a trained model
+translates the first `--sentences` lines of its test set (the demo's, or a text run's
+`--test` files; no length penalty in either engine, so both rank hypotheses the same way;
+the translations are compared too); without, the first of `--configs` with random
+parameters decodes random ids with EOS switched off, `--output_len` tokens each
+(CTranslate2: min = max decoding length). Rows: ours as `decode_ids` runs (two batches in
+flight) and, with `--workdir`, one batch at a time (`in_flight=1`); ours with int8
+products (`quantization="int8"`, t2t-translate --int8) and with bfloat16 weights and
+products (`quantization="bfloat16"`, t2t-translate --dtype bfloat16), the params quantised
+or cast once, before timing ("same as ours" counts the outputs equal to float32's);
+CTranslate2 with all cores on one batch (its usual CPU setting) and, marked xN, N
+batches at once, one core each (inter_threads, the counterpart of our in_flight). The
+last lines are our speed over CTranslate2's (its faster row): float32 over float32,
+int8 and bfloat16 over int8. `--shortlist` adds a lexical shortlist (data/shortlist.py)
+on the same ids in both engines: with `--workdir` the work directory's table
+(`t2t-shortlist`, its defaults unless built otherwise); without, a synthetic table,
+seeded, of `--shortlist_per_source` random target ids for each source id and
+`--shortlist_frequent` random frequent ones (the sizes CTranslate2's and Marian's users
+give: 20-100 per source, 100-500 frequent). It is decoded as ours decodes it (each
+batch's candidates, padded to a shortlist size) and as CTranslate2's vmap.txt
+(`use_vmap=True`): rows "ours <mode> + shortlist" and "CTranslate2 ... + vmap", whose
+"same as ours" counts the outputs equal to ours float32 + shortlist.
 """
 
 from __future__ import annotations
@@ -71,7 +75,6 @@ import inspect
 import json
 import os
 import pathlib
-import platform
 import subprocess
 import sys
 import tempfile
@@ -80,21 +83,12 @@ import time
 HERE = pathlib.Path(__file__).resolve().parent.parent
 
 
-def _cpu_name() -> str:
-  try:
-    with open("/proc/cpuinfo") as f:
-      for line in f:
-        if line.startswith("model name"):
-          return line.split(":", 1)[1].strip()
-  except OSError:
-    pass
-  return platform.processor() or "unknown"
-
-
 def _device_line() -> str:
   import jax  # pylint: disable=import-outside-toplevel
+  from t2t_jax.kernels import choice  # pylint: disable=import-outside-toplevel  (this checkout's)
   device = jax.devices()[0]
-  return (f"device: {device.platform} {device.device_kind} ({_cpu_name()}, {os.cpu_count()} cores), "
+  return (f"device: {device.platform} {device.device_kind} ({choice.cpu_description()}, "
+          f"{os.cpu_count()} cores), "
           f"jax {jax.__version__}, load average {os.getloadavg()[0]:.1f}")
 
 
@@ -409,7 +403,8 @@ def main() -> None:
                       help="random, --ctranslate2: a toy model (1 layer, 32 wide, 64 words), to "
                       "check that the script runs")
   parser.add_argument("--shortlist", action="store_true",
-                      help="--ctranslate2 (random): add ours with a lexical shortlist beside "
+                      help="--ctranslate2: add ours with a lexical shortlist (--workdir: its "
+                      "table; else a synthetic one) beside "
                            "CTranslate2 with the same table as its vmap.txt (use_vmap)")
   parser.add_argument("--shortlist_per_source", type=int, default=50,
                       help="--shortlist: random candidates per source id (default 50)")
@@ -542,30 +537,43 @@ def _ctranslate2_runs(spec, directory, threads, vmap=None):
 
 def _trained_workload(args):
   """Ours and CTranslate2 translating real sentences with a trained model: run functions."""
-  from t2t_jax.data import vocab  # pylint: disable=import-outside-toplevel
+  from t2t_jax.data import sources as sources_lib  # pylint: disable=import-outside-toplevel
+  from t2t_jax.data import vocab
+  from t2t_jax.decoding import batch_decoder
+  from t2t_jax.decoding import sentence_batches
   from t2t_jax.export import exported_search
   from t2t_jax.export import loading
-  from t2t_jax.ids import EOS_ID
-  from t2t_jax.decoding import sentence_batches
+  from t2t_jax.ids import EOS_ID, strip_eos
   cfg, params, spm_path = loading.load_workdir(args.workdir)
   tokenizer = vocab.Tokenizer(spm_path)
-  lines = (pathlib.Path(args.workdir) / "data" / "demo" / "test.en").read_text(
-      encoding="utf-8").splitlines()[:args.sentences]
+  # The run's own test set (the demo's, or a text run's --test files).
+  lines = [src for src, _ in sources_lib.get_source(cfg, args.workdir).test()][:args.sentences]
   sources = [tokenizer.encode(line)[:-1][:cfg.max_len - 1] for line in lines]
   tokens = loading.vocabulary(spm_path, cfg.vocab_size)
   # With their </s>, as a converted Marian model takes them (export/ctranslate2.py).
   pieces = [[tokens[i] for i in source + [EOS_ID]] for source in sources]
   max_length = max(exported_search.output_limits(cfg, [s + [EOS_ID] for s in sources]))
+  search = batch_decoder.Search.from_config(cfg, beam_size=args.beam_size, alpha=0.0)
 
-  def ours(model=(cfg, params), **settings):
-    return sentence_batches.decode_ids(*model, sources, batch_size=args.batch_size,
-                                       beam_size=args.beam_size, alpha=0.0, **settings)
+  def ours(shortlist=None, model=(cfg, params), in_flight=sentence_batches.IN_FLIGHT):
+    """As `sentence_batches.decode_ids` (batches by length, in flight), with a shortlist."""
+    members = [batch_decoder.Member(model[0].model, model[1])]
 
-  def theirs(translator):
+    def best(batch):
+      inputs = sentence_batches.source_rows([sources[i] for i in batch], args.batch_size,
+                                            cfg.max_len)
+      found, _ = batch_decoder.decode_batch(members, inputs, search, shortlist=shortlist)
+      return [strip_eos(row) for row in found[:, 0]]
+
+    found = sentence_batches.by_length(best, [len(s) for s in sources],
+                                       batch_size=args.batch_size, in_flight=in_flight)
+    return [found[i] for i in range(len(sources))]
+
+  def theirs(translator, use_vmap=False):
     ids = {token: i for i, token in enumerate(tokens)}
     results = translator.translate_batch(pieces, beam_size=args.beam_size, length_penalty=0.0,
                                          max_batch_size=args.batch_size,
-                                         max_decoding_length=max_length)
+                                         max_decoding_length=max_length, use_vmap=use_vmap)
     return [[ids[p] for p in r.hypotheses[0]] for r in results]
 
   description = (f"{args.workdir} (trained; vocab {cfg.vocab_size}): {len(sources)} test "
@@ -598,7 +606,8 @@ def _random_workload(args):
   pieces = [[tokens[i] for i in row] + ["</s>"] for row in sources]   # as inputs: with EOS
 
   def ours(shortlist=None, model=(cfg, params)):
-    found = _search(model[1], inputs, shortlist, cfg=model[0], beam_size=args.beam_size,
+    candidates = None if shortlist is None else jax.device_put(shortlist.batch_ids(inputs))
+    found = _search(model[1], inputs, candidates, cfg=model[0], beam_size=args.beam_size,
                     output_len=args.output_len, cached=True)
     return [list(row) for row in np.asarray(found[0][:, 0])]
 
@@ -616,47 +625,61 @@ def _random_workload(args):
   return cfg, params, tokens, ours, theirs, description
 
 
+def _shortlist_table(args, cfg):
+  """--shortlist's table: the work directory's (t2t-shortlist), or a synthetic one."""
+  from t2t_jax.data import shortlist  # pylint: disable=import-outside-toplevel
+  if not args.workdir:
+    return _random_shortlist(args, cfg.vocab_size), (
+        f"synthetic: {args.shortlist_per_source} random ids per source id + "
+        f"{args.shortlist_frequent} frequent")
+  table = shortlist.workdir_table(args.workdir)
+  return table, (f"{args.workdir}'s (t2t-shortlist): {table.per_source.shape[1]} per source id + "
+                 f"{len(table.frequent)} frequent")
+
+
+# Our modes: the model's config fields and params (model/quantized.py) beside float32's.
+MODES = ("float32", "int8", "bfloat16")
+
+
 def ctranslate2_side_by_side(args) -> None:
-  """Our beam search, then CTranslate2 float32 and int8 on the same model and sentences."""
+  """Our beam search (float32, int8, bfloat16), then CTranslate2 float32 and int8 on the same
+  model and sentences; with --shortlist each also shortlisted."""
   import jax  # pylint: disable=import-outside-toplevel
-  import numpy as np  # pylint: disable=import-outside-toplevel
   from t2t_jax.data import shortlist as shortlist_lib  # pylint: disable=import-outside-toplevel
   # pylint: disable-next=import-outside-toplevel
   from t2t_jax.export import ctranslate2 as ctranslate2_lib
+  from t2t_jax.kernels import choice  # pylint: disable=import-outside-toplevel
   from t2t_jax.model import quantized  # pylint: disable=import-outside-toplevel
-  if args.shortlist and args.workdir:
-    raise SystemExit("--shortlist runs the random workload (a synthetic table); drop --workdir")
   workload = _trained_workload if args.workdir else _random_workload
   cfg, params, tokens, ours, theirs, description = workload(args)
   threads = os.cpu_count() or 1
-  device = jax.devices()[0]
-  print(f"device: {device.platform} ({_cpu_name()}, {threads} cores), jax {jax.__version__}, "
-        f"CTranslate2 with {threads} threads, load average {os.getloadavg()[0]:.1f}")
+  print(f"device: {jax.devices()[0].platform} ({choice.cpu_description()}, {threads} cores), "
+        f"jax {jax.__version__}, CTranslate2 with {threads} threads, load average "
+        f"{os.getloadavg()[0]:.1f}")
   print(description)
-  print(f"{'engine':30} {'run s':>8} {'sent/s':>8} {'tokens/s':>9} {'ours/engine':>11} "
-        f"{'same as ours':>12}")
+  models = {"float32": (cfg, params)}
+  for mode in MODES[1:]:   # quantised or cast once, before timing
+    mode_cfg = cfg.replace(quantization=mode)
+    models[mode] = (mode_cfg, quantized.quantize_params(mode_cfg.model, params))
+  table, source = _shortlist_table(args, cfg) if args.shortlist else (None, "")
+  rows = []        # (name, seconds, outputs, the outputs they are compared with)
   seconds, reference = _best_of(ours, args.repeats)
-  rows = [("ours (JAX, float32)", seconds, reference)]
+  rows.append(("ours (JAX, float32)", seconds, reference, reference))
   if args.workdir:  # several batches: also one at a time
     seconds, outputs = _best_of(functools.partial(ours, in_flight=1), args.repeats)
-    rows.append(("ours, in_flight=1", seconds, outputs))
-  int8_cfg = cfg.replace(quantization="int8")
-  int8_model = (int8_cfg, quantized.quantize_params(int8_cfg.model, params))
-  seconds, outputs = _best_of(functools.partial(ours, model=int8_model), args.repeats)
-  rows.append(("ours (JAX, int8)", seconds, outputs))
-  rows = [row + (reference,) for row in rows]
-  table = _random_shortlist(args, cfg.vocab_size) if args.shortlist else None
+    rows.append(("ours, in_flight=1", seconds, outputs, reference))
+  for mode in MODES[1:]:
+    seconds, outputs = _best_of(functools.partial(ours, model=models[mode]), args.repeats)
+    rows.append((f"ours (JAX, {mode})", seconds, outputs, reference))
+  shortlisted = None
   if table is not None:
-    batch = _random_inputs(args, cfg.vocab_size)
-    candidates = jax.device_put(table.batch_ids(batch))
-    seconds, shortlisted = _best_of(functools.partial(ours, candidates), args.repeats)
-    rows.append((f"ours + shortlist ({len(candidates)})", seconds, shortlisted, shortlisted))
-    seconds, outputs = _best_of(functools.partial(ours, candidates, model=int8_model),
-                                args.repeats)
-    rows.append(("ours int8 + shortlist", seconds, outputs, shortlisted))
-    print(f"shortlist: {table.per_source.shape[1]} random ids per source id + "
-          f"{len(table.frequent)} frequent: {len(table.candidates(batch))} candidates, padded "
-          f"to {len(candidates)}; the '+ vmap' rows are compared with ours + shortlist")
+    for mode in MODES:
+      seconds, outputs = _best_of(functools.partial(ours, table, model=models[mode]),
+                                  args.repeats)
+      shortlisted = shortlisted or outputs
+      rows.append((f"ours {mode} + shortlist", seconds, outputs, shortlisted))
+    print(f"shortlist: {source}; the shortlisted rows are compared with ours float32 + "
+          "shortlist")
   with tempfile.TemporaryDirectory() as directory:
     spec = ctranslate2_lib.ctranslate2_spec(cfg, params, tokens)
     vmap = None if table is None else shortlist_lib.vocabulary_map(table, tokens)
@@ -668,6 +691,8 @@ def ctranslate2_side_by_side(args) -> None:
         seconds, outputs = _best_of(functools.partial(theirs, translator, use_vmap=True),
                                     args.repeats)
         rows.append((name + " + vmap", seconds, outputs, shortlisted))
+  print(f"{'engine':30} {'run s':>8} {'sent/s':>8} {'tokens/s':>9} {'time/ours':>11} "
+        f"{'same as ours':>12}")
   for name, seconds, outputs, expected in rows:
     # Generated tokens; a trained model's outputs are listed without their EOS.
     count = sum(len(o) + bool(args.workdir) for o in outputs)
@@ -683,10 +708,11 @@ def ctranslate2_side_by_side(args) -> None:
     print(f"{ours_name} / {theirs_prefix}{' + vmap' if vmap else ''}, speed (its faster "
           f"row): {theirs / times[ours_name]:.2f}x")
 
-  speed("ours (JAX, float32)", "CTranslate2 float32", False)
-  speed("ours (JAX, int8)", "CTranslate2 int8", False)
+  for mode, yardstick in (("float32", "float32"), ("int8", "int8"), ("bfloat16", "int8")):
+    speed(f"ours (JAX, {mode})", f"CTranslate2 {yardstick}", False)
   if table is not None:
-    speed("ours int8 + shortlist", "CTranslate2 int8", True)
+    for mode, yardstick in (("float32", "float32"), ("int8", "int8"), ("bfloat16", "int8")):
+      speed(f"ours {mode} + shortlist", f"CTranslate2 {yardstick}", True)
 
 
 if __name__ == "__main__":

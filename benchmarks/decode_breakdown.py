@@ -205,7 +205,7 @@ def main() -> None:
     cfg = run_cfg.model if name == "float32" else run_cfg.replace(quantization=name).model
     models[name] = (cfg, params if name == "float32" else quantized.quantize_params(cfg, params))
   vocab = run_cfg.model.vocab_size
-  size = min(args.shortlist, vocab)
+  size = min(args.shortlist, vocab - 3)     # a list shorter than the vocabulary
   outputs = {vocab: None, **({size: jnp.arange(size, dtype=jnp.int32)} if size > 0 else {})}
   print(f"device: {jax.devices()[0].platform} ({choice.cpu_description()}, {os.cpu_count()} "
         f"cores), jax {jax.__version__}, load average {os.getloadavg()[0]:.1f}")
