@@ -5,8 +5,8 @@
 
 Writes WORKDIR/vocab/shortlist.npz: for each source piece its --per_source most
 associated target pieces (Dice coefficient of the sentence pairs holding both),
-and the --frequent most frequent target pieces, in the work directory's
-SentencePiece ids. `t2t-translate --shortlist` and `t2t-serve --shortlist` then
+and the --frequent most frequent target pieces (then those the targets never use: --frequent
+<vocabulary size> lists every piece), in the work directory's SentencePiece ids. `t2t-translate --shortlist` and `t2t-serve --shortlist` then
 pick each batch's outputs among those candidates, as Marian's --shortlist and
 CTranslate2's vocabulary map do; `t2t-export --to ctranslate2` writes it as the
 model's vmap.txt. The library behind it: t2t_jax/data/shortlist.py; docs/translating.md.
@@ -32,7 +32,8 @@ def main(argv: Optional[Sequence[str]] = None) -> None:
                       help=f"candidates per source piece (default {shortlist.PER_SOURCE})")
   parser.add_argument("--frequent", type=int, default=shortlist.FREQUENT,
                       help="most frequent target pieces, candidates of every batch "
-                           f"(default {shortlist.FREQUENT})")
+                           f"(default {shortlist.FREQUENT}; the vocabulary size: every piece, "
+                           "which decodes as the whole vocabulary)")
   args = parser.parse_args(argv)
   shortlist.build_for_workdir(args.workdir, args.train, per_source=args.per_source,
                               frequent=args.frequent)

@@ -10,7 +10,9 @@ the `best` translations of each source word) and CTranslate2's vocabulary map
 the output projection over those rows only (decoding/batch_decoder.py). The
 candidates of a batch are the `frequent` most frequent target pieces, EOS and
 UNK (which CTranslate2 always adds too), and for each source piece in the batch
-its `per_source` most associated target pieces; and padding, which is never
+its `per_source` most associated target pieces (the frequent ones go on, by id, into pieces
+the targets never use: `frequent` = the vocabulary size lists every id); and padding, which
+is never
 picked but stays in the normaliser as over the whole vocabulary (so a table
 holding every piece decodes as the whole vocabulary does). Ascending, padding and
 EOS come first: the search runs over a batch's list, and its positions 0 and 1
@@ -190,9 +192,10 @@ def build(tokenizer: vocab_lib.Tokenizer, pairs: Iterable[tuple[str, str]], *,
   keys, counts = (np.zeros(0, np.int64), np.zeros(0, np.int64))
   for run in runs:
     keys, counts = _merge((keys, counts), run)
-  tokens[list(SPECIAL)] = 0
+  # Most frequent first, then the pieces the targets never use (by id), so that `frequent`
+  # = the vocabulary size lists every id: the whole vocabulary's search exactly.
   by_frequency = np.lexsort((np.arange(vocab_size), -tokens))
-  most = by_frequency[:frequent][tokens[by_frequency[:frequent]] > 0]
+  most = by_frequency[~np.isin(by_frequency, SPECIAL)][:frequent]
   return Shortlist(_ranked(keys, counts, source_count, target_count, vocab_size, per_source),
                    most.astype(np.int32), spm_sha256(tokenizer.model_path))
 
