@@ -174,3 +174,21 @@ def cpu_description(path: str = CPUINFO) -> str:
   model, _ = _cpuinfo(path)
   flags = cpu_flags(path)
   return f"{model} ({' '.join(f for f in CPU_FLAGS if f in flags) or 'none of ' + '/'.join(CPU_FLAGS)})"
+
+
+def bfloat16_results() -> Any:
+  """The dtype a bfloat16 product (a `quantization="bfloat16"` model's) accumulates in and
+  returns: float32, on every CPU measured so far; logged at debug level with the CPU's flags.
+
+  Measured on an AMD EPYC with avx512_bf16 and avx512_vnni (no AMX), [64..256, 512] x
+  [512, 2048]: bfloat16 x bfloat16 -> float32 runs at twice float32's speed, -> bfloat16
+  no faster than float32 (XLA CPU rounds each result apart). No AMX or AVX2-only CPU is
+  measured yet; where another form is found faster there, `cpu_flags` chooses it here.
+  """
+  _log_once(f"bfloat16 products accumulate in and return float32 on {cpu_description()}")
+  return jnp.float32
+
+
+@functools.cache
+def _log_once(message: str) -> None:
+  log.debug("kernels.choice: %s", message)

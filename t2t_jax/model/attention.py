@@ -328,7 +328,7 @@ class MultiHeadAttention(nn.Module):
       w = self.weights(params)
       kernel = jnp.concatenate([w[name] for name in names], axis=1)
       qkv = jnp.dot(y.astype(self.dtype), kernel.astype(self.dtype),
-                    preferred_element_type=jnp.float32 if self.bfloat16 else None)
+                    preferred_element_type=choice.bfloat16_results() if self.bfloat16 else None)
     if self.use_bias:
       b = self.biases(params)
       qkv = qkv + jnp.concatenate([b[name] for name in names]).astype(qkv.dtype)

@@ -24,6 +24,7 @@ from jax import lax
 
 from t2t_jax.configs import DROPOUT_GENERATORS, POSITION_LAYOUTS
 from t2t_jax.ids import PAD_ID
+from t2t_jax.kernels import choice
 from t2t_jax.kernels import dropout as dropout_lib
 
 Array = jax.Array
@@ -116,10 +117,9 @@ ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
 
 
 def float32_products(*args: Any, **kwargs: Any) -> Array:
-  """`lax.dot_general` accumulating in and returning float32, whatever its operands: the
-  products of a `quantization="bfloat16"` model (bfloat16 operands; on XLA CPU twice as
-  fast as bfloat16 results, docs/model.md)."""
-  return lax.dot_general(*args, preferred_element_type=jnp.float32, **kwargs)
+  """`lax.dot_general` accumulating in and returning float32 (`choice.bfloat16_results`),
+  whatever its operands: the products of a `quantization="bfloat16"` model."""
+  return lax.dot_general(*args, preferred_element_type=choice.bfloat16_results(), **kwargs)
 
 
 class FeedForward(nn.Module):
