@@ -173,7 +173,8 @@ def cpu_description(path: str = CPUINFO) -> str:
   (amx_bf16 amx_int8 avx512_bf16 avx512_vnni avx512f avx2)"."""
   model, _ = _cpuinfo(path)
   flags = cpu_flags(path)
-  return f"{model} ({' '.join(f for f in CPU_FLAGS if f in flags) or 'none of ' + '/'.join(CPU_FLAGS)})"
+  named = " ".join(f for f in CPU_FLAGS if f in flags) or "none of " + "/".join(CPU_FLAGS)
+  return f"{model} ({named})"
 
 
 def bfloat16_results() -> Any:

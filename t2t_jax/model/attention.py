@@ -216,7 +216,8 @@ class MultiHeadAttention(nn.Module):
   projections run as int8 products (decoding a `quantization="int8"` model only;
   kernels/int8.py, imported only then). `bfloat16`: the projections' products run in
   `dtype` and return float32 (`layers.float32_products`: decoding a
-  `quantization="bfloat16"` model, whose activations are float32).
+  `quantization="bfloat16"` model, whose activations are float32); the attention itself,
+  over float32 caches, runs in float32 (`attention_dtype`).
   """
   num_heads: int
   d_k: int
@@ -267,7 +268,7 @@ class MultiHeadAttention(nn.Module):
     dropout = not deterministic and self.dropout_rate > 0.0
     try:
       out, probs = attention(                                          # [batch, q, heads, d_v]
-          q, k, v, bias, implementation=self.implementation, dtype=self.dtype,
+          q, k, v, bias, implementation=self.implementation, dtype=self.attention_dtype,
           dropout_rate=self.dropout_rate,
           dropout_rng=self.make_rng("dropout") if dropout else None,
           probabilities=self.is_mutable_collection("intermediates"))
@@ -304,12 +305,19 @@ class MultiHeadAttention(nn.Module):
 
   # ---------------------------------------------------------------- one position at a time
 
+  @property
+  def attention_dtype(self) -> Any:
+    """The dtype the attention's own products (queries by keys, probabilities by values) and
+    the decoding caches run in: `dtype`, or float32 beside bfloat16 projections (`bfloat16`:
+    on XLA CPU these small batched products run faster in float32, docs/model.md)."""
+    return jnp.float32 if self.bfloat16 else self.dtype
+
   def init_self_cache(self, batch: int, length: int) -> dict[str, decode_cache.Unordered]:
     """Zero self-attention keys [batch, heads, d_k, length] and values [batch, heads, length, d_v].
 
     Both `Unordered`: the write-once caches (module docstring).
     """
-    zeros = lambda *shape: jnp.zeros((batch, self.num_heads) + shape, self.dtype)
+    zeros = lambda *shape: jnp.zeros((batch, self.num_heads) + shape, self.attention_dtype)
     return {"key": decode_cache.Unordered(zeros(self.d_k, length), axis=3),
             "value": decode_cache.Unordered(zeros(length, self.d_v), axis=2)}
 
@@ -352,13 +360,15 @@ class MultiHeadAttention(nn.Module):
                                     (0, 0, 0, position))               # [rows, heads, d_k, length]
     values = lax.dynamic_update_slice(values, v.transpose(0, 2, 1, 3).astype(values.dtype),
                                       (0, 0, position, 0))             # [rows, heads, length, d_v]
-    out = self_attention(scaled_queries(q, self.dtype), keys, values, holds, bias, self.dtype)
+    dtype = self.attention_dtype
+    out = self_attention(scaled_queries(q, dtype), keys, values, holds, bias, dtype)
     return self.out(out), {"key": cache["key"].replace(value=keys),
                            "value": cache["value"].replace(value=values)}
 
   def cross_cache(self, inputs_kv: Array) -> dict[str, Array]:
     """Keys [batch, heads, kv_length, d_k] and values [.., d_v] of `inputs_kv`, for `step_cross`."""
-    by_head = lambda x: x.transpose(0, 2, 1, 3).astype(self.dtype)    # [batch, heads, length, d]
+    # [batch, heads, length, d]
+    by_head = lambda x: x.transpose(0, 2, 1, 3).astype(self.attention_dtype)
     k, v = self.project_kv(inputs_kv)
     return {"key": by_head(k), "value": by_head(v)}
 
@@ -367,8 +377,8 @@ class MultiHeadAttention(nn.Module):
 
     Each sentence's r = rows // batch rows share its keys/values; bias [batch, 1, 1, kv_length].
     """
-    q = scaled_queries(self.query(y), self.dtype)                      # [rows, heads, d_k]
-    return self.out(cross_attention(q, cache["key"], cache["value"], bias, self.dtype))
+    q = scaled_queries(self.query(y), self.attention_dtype)            # [rows, heads, d_k]
+    return self.out(cross_attention(q, cache["key"], cache["value"], bias, self.attention_dtype))
 
 
 # ------------------------------------------------- one decoder position, the caches
@@ -417,8 +427,8 @@ def self_attention(q: Array, keys: Array, values: Array, holds: Array, bias: Arr
   logits = jnp.sum(jnp.where(holds, logits, 0.0), axis=1)              # [batch, heads, q, length]
   probs = jax.nn.softmax(logits + bias.astype(jnp.float32), axis=-1)
   weights = jnp.where(holds, probs[:, None], 0.0).astype(dtype)
-  out = jnp.einsum("nhqk,nhkd->nhqd", weights.reshape(rows, heads, r, length),
-                   values.astype(dtype), preferred_element_type=jnp.float32)  # [rows, heads, q, d_v]
+  out = jnp.einsum("nhqk,nhkd->nhqd", weights.reshape(rows, heads, r, length),   # [rows, heads,
+                   values.astype(dtype), preferred_element_type=jnp.float32)   # q, d_v]
   out = jnp.sum(out.reshape(batch, r, heads, r, depth), axis=1)        # [batch, heads, q, d_v]
   return out.transpose(0, 2, 1, 3).reshape(rows, 1, heads, depth)
 

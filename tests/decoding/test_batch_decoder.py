@@ -224,7 +224,8 @@ def test_the_search_runs_in_the_lists_positions_and_never_returns_filler(member)
   seen = []
 
   def spy(cache, tokens, position):
-    jax.debug.callback(lambda t: seen.append(np.asarray(t)), batch_decoder.vocabulary_ids(ids, tokens))
+    jax.debug.callback(lambda t: seen.append(np.asarray(t)),
+                       batch_decoder.vocabulary_ids(ids, tokens))
     return step(cache, tokens, position)
   positions, scores = _beam(spy, cache, 8)
   assert np.asarray(positions).max() < 4 and set(np.concatenate(seen)) <= {PAD_ID, EOS_ID, 5, 9}

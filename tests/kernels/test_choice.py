@@ -57,7 +57,8 @@ SAPPHIRE_RAPIDS = ("fpu sse2 avx avx2 fma avx512f avx512bw avx512_vnni avx512_bf
 @pytest.mark.parametrize("model,flags,want", [
     ("Intel(R) Xeon(R) Platinum 8480+", SAPPHIRE_RAPIDS,
      "amx_bf16 amx_int8 avx512_bf16 avx512_vnni avx512f avx2"),
-    ("AMD EPYC", "fpu avx2 avx512f avx512_bf16 avx512_vnni", "avx512_bf16 avx512_vnni avx512f avx2"),
+    ("AMD EPYC", "fpu avx2 avx512f avx512_bf16 avx512_vnni",
+     "avx512_bf16 avx512_vnni avx512f avx2"),
     ("AMD EPYC 7R32", "fpu sse2 avx avx2 fma", "avx2"),
 ])
 def test_the_cpus_flags_are_read_from_cpuinfo(tmp_path, model, flags, want):

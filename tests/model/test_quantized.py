@@ -7,6 +7,7 @@ which compounds over the layers; on these tiny random models that is a few perce
 logits' range, so the bounds below are loose by design and fixed keys make them repeatable.
 """
 
+import collections
 import functools
 import re
 
@@ -138,13 +139,14 @@ def _dots_and_converts(cfg, params):
   cache = transformer.init_cache(cfg.model, params, INPUTS, 8)
   text = jax.jit(lambda p, c: transformer.decode_step(cfg.model, p, c, TARGETS[:, 0], 0,
                                                       "vocab_major")).lower(params, cache).as_text()
-  dots = re.findall(r"stablehlo.dot_general .*: \((tensor<[^>]*>), (tensor<[^>]*>)\) -> (tensor<[^>]*>)",
-                    text)
+  dots = re.findall(r"stablehlo.dot_general .*: \((tensor<[^>]*>), (tensor<[^>]*>)\) -> "
+                    r"(tensor<[^>]*>)", text)
   converted = re.findall(r"stablehlo.convert %\S+ : \(tensor<([0-9x]*)x?bf16>\)", text)
   return dots, converted
 
 
-@pytest.mark.parametrize("cfg", [CFG, CFG_UNSHARED, CFG_BIASES], ids=["shared", "unshared", "biases"])
+@pytest.mark.parametrize("cfg", [CFG, CFG_UNSHARED, CFG_BIASES],
+                         ids=["shared", "unshared", "biases"])
 def test_bfloat16_weights_are_cast_once_and_every_product_accumulates_in_float32(cfg):
   params = quantized.quantize_params(_bfloat16(cfg).model, _params(cfg))
   for path, x in jax.tree_util.tree_flatten_with_path(params)[0]:
@@ -153,14 +155,19 @@ def test_bfloat16_weights_are_cast_once_and_every_product_accumulates_in_float32
     assert x.dtype == (jnp.bfloat16 if cast else jnp.float32), path
     np.testing.assert_array_equal(x, np.asarray(source).astype(x.dtype))
   dots, converted = _dots_and_converts(_bfloat16(cfg), params)
-  assert dots and all(a.endswith("xbf16>") and b.endswith("xbf16>") and out.endswith("xf32>")
-                      for a, b, out in dots), dots
+  kinds = collections.Counter((a[-5:-1], b[-5:-1], out[-4:-1]) for a, b, out in dots)
+  # A decoder layer's six products by weights (fused QKV, W^O, the cross-attention query and
+  # W^O, the feed-forward pair) and the output projection in bfloat16; the attention's own
+  # four (queries by keys, probabilities by values, twice) in float32.
+  assert kinds == {("bf16", "bf16", "f32"): 6 * cfg.num_layers + 1,
+                   ("xf32", "xf32", "f32"): 4 * cfg.num_layers}, kinds
   # No weight is converted in the step: only activations (rows first) and biases.
   weights = {"x".join(map(str, x.shape)) for x in jax.tree.leaves(params) if x.ndim >= 2}
   assert not weights & set(converted), weights & set(converted)
 
 
-@pytest.mark.parametrize("cfg", [CFG, CFG_UNSHARED, CFG_BIASES], ids=["shared", "unshared", "biases"])
+@pytest.mark.parametrize("cfg", [CFG, CFG_UNSHARED, CFG_BIASES],
+                         ids=["shared", "unshared", "biases"])
 def test_bfloat16_logits_are_close_to_float32s_and_cached_decoding_is_the_forward_pass(cfg):
   float_logits = _forward(cfg, _params(cfg))
   model = _bfloat16(cfg)
