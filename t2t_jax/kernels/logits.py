@@ -24,8 +24,9 @@ with the best maxima (each of them is at most its block's maximum, which then ra
 among the n best too; on ties the lower block, whose elements have lower indices,
 comes first as the lower index does), so only those blocks' elements, kept in index
 order, go through the exact top-k. The searches call `choice.top_k` and
-`choice.top_k_columns`, which choose by the platform the program is compiled for:
-on a TPU `jax.lax.top_k` itself (the reference), elsewhere the blocked one.
+`choice.best_columns` (the vocabulary-major logits' best log-probabilities, read in
+place: `blocked_best_columns`), which choose by the platform the program is compiled
+for: on a TPU the reference, elsewhere the blocked one.
 
 Training. `output_metrics(features, kernel, targets, smoothing)` is
 `train.step.compute_metrics(features @ kernel.T, ...)` (the reference) with the
@@ -146,26 +147,6 @@ def blocked_top_k(x: Array, n: int) -> tuple[Array, Array]:
   return _finish(candidates, chosen, block)
 
 
-def blocked_top_k_columns(x: Array, n: int) -> tuple[Array, Array]:
-  """`jax.lax.top_k(x.T, n)` for x [size, columns]: the top n of each column, read in place.
-
-  For a column-major product (the decoder's vocabulary-major logits, `beam_search.best_tokens`):
-  the block maxima reduce over the leading axis, so x itself is never transposed;
-  only the chosen blocks are gathered. Returns values, indices [columns, n].
-  """
-  size, columns = x.shape
-  block = _block(size, n)
-  blocks = -(-size // block)
-  if blocks <= n:
-    return tuple(jax.lax.top_k(x.T, n))
-  x = jnp.pad(x, [(0, blocks * block - size), (0, 0)], constant_values=-jnp.inf)
-  x = x.reshape(blocks, block, columns)
-  _, chosen = jax.lax.top_k(jnp.max(x, axis=1).T, n)                  # [columns, n] blocks
-  chosen = jnp.sort(chosen, axis=-1)
-  candidates = x[chosen, :, jnp.arange(columns)[:, None]]             # [columns, n, block]
-  return _finish(candidates, chosen, block)
-
-
 def best_columns(x: Array, n: int, skip: int) -> tuple[Array, Array]:
   """The reference: each column of logits x [size, columns] as log-probabilities (the
   normaliser over the whole column), and the top n of them other than row `skip`, which is
@@ -181,12 +162,12 @@ def blocked_best_columns(x: Array, n: int, skip: int) -> tuple[Array, Array]:
   """`best_columns` reading x [size, columns] twice and writing nothing of its size.
 
   The reference's search writes x again (row `skip` at -inf) and reads it three times
-  (the maximum, the normaliser, the top n), and `blocked_top_k_columns` pads it to whole
+  (the maximum, the normaliser, the top n), and a blocked top-k would pad it to whole
   blocks: at a 37000-word vocabulary and 64 rows each is 9.5 MB, a few ms a step on a CPU.
   Here the whole blocks' maxima are one read of x in place (the last, partial block and
   `skip`'s block, without `skip`, are read apart: small), the column's maximum is theirs
   and `skip`'s, the normaliser is the second read, and only the n chosen blocks are
-  gathered (`blocked_top_k_columns`' argument), `skip` masked there. Same values and
+  gathered, `skip` masked there. Same values and
   indices as `best_columns`, ties included.
   """
   size, columns = x.shape
