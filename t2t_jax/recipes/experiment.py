@@ -192,7 +192,7 @@ def describe(name: str) -> str:
               'docs/benchmarks.md, "The demo and the compilation cache"']
   elif name == "multi30k":
     lines[-1] = "command:  python experiments/multi30k.py --workdir=runs/multi30k"
-    section = 'docs/benchmarks.md, "Multi30k: int8 and the shortlist, quality and speed"'
+    section = 'docs/benchmarks.md, "Multi30k: int8, bfloat16 and the shortlist, quality and speed"'
     lines += ["hardware: any CPU; about an hour on a 2-core CPU",
               f"expected: the test sacreBLEU measured in {section}"]
   elif name == "parsing":

@@ -131,10 +131,9 @@ def test_help_lists_what_may_change_on_resume(capsys):
   text = " ".join(capsys.readouterr().out.split())
   for field in workdir_lib.RESUMABLE_FIELDS:
     assert field in text.split("Resuming", 1)[1], field
-  # The README's list is the same set.
+  # The README sends readers to this list.
   section = README.split("## Train on your own data", 1)[1].split("Fine-tuning", 1)[0]
-  listed = set(re.findall(r"`(\w+)`", section.split("when it\nresumes", 1)[1]))
-  assert listed == set(workdir_lib.RESUMABLE_FIELDS)
+  assert "only the fields that `t2t-train --help` lists" in " ".join(section.split())
 
 
 def test_help_shows_the_values_of_the_preset_the_script_runs(capsys):
