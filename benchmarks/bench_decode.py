@@ -87,7 +87,8 @@ def _device_line() -> str:
   import jax  # pylint: disable=import-outside-toplevel
   from t2t_jax.kernels import choice  # pylint: disable=import-outside-toplevel  (this checkout's)
   device = jax.devices()[0]
-  return (f"device: {device.platform} {device.device_kind} ({choice.cpu_description()}, "
+  kind = "" if device.device_kind == device.platform else f" {device.device_kind}"
+  return (f"device: {device.platform}{kind} ({choice.cpu_description()}, "
           f"{os.cpu_count()} cores), "
           f"jax {jax.__version__}, load average {os.getloadavg()[0]:.1f}")
 
