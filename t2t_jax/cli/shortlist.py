@@ -6,9 +6,9 @@
 Writes WORKDIR/vocab/shortlist.npz: for each source piece its --per_source most
 associated target pieces (Dice coefficient of the sentence pairs holding both),
 and the --frequent most frequent target pieces (then those the targets never use: --frequent
-<vocabulary size> lists every piece), in the work directory's SentencePiece ids. `t2t-translate --shortlist` and `t2t-serve --shortlist` then
-pick each batch's outputs among those candidates, as Marian's --shortlist and
-CTranslate2's vocabulary map do; `t2t-export --to ctranslate2` writes it as the
+<vocabulary size> lists every piece), in the work directory's SentencePiece ids.
+`t2t-translate --shortlist` and `t2t-serve --shortlist` then pick each batch's outputs
+among those candidates, as Marian's --shortlist and CTranslate2's vocabulary map do; `t2t-export --to ctranslate2` writes it as the
 model's vmap.txt. The library behind it: t2t_jax/data/shortlist.py; docs/translating.md.
 """
 

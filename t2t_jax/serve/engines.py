@@ -214,9 +214,6 @@ class CTranslate2Engine:
     its own with `threads` // `workers` threads (`threads` 0: every core)."""
     ctranslate2 = loading.require("ctranslate2")
     self.translator, self.cfg, self.tokenizer = translator, translator.cfg, translator.tokenizer
-    if translator.shortlist is not None:
-      # Each batch shape's lists take one size, so that the warm-up compiles its programs.
-      translator.shortlist = translator.shortlist.by_shapes()
     self.batch_size, self.max_len_a = batch_size, max_len_a
     # One replica per batch in flight, one thread each, translates more batches than one
     # replica with every thread, and steadily, and it needs no lock (measured on a 2-core
