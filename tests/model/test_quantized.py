@@ -141,7 +141,7 @@ def _dots_and_converts(cfg, params):
                                                       "vocab_major")).lower(params, cache).as_text()
   dots = re.findall(r"stablehlo.dot_general .*: \((tensor<[^>]*>), (tensor<[^>]*>)\) -> "
                     r"(tensor<[^>]*>)", text)
-  converted = re.findall(r"stablehlo.convert %\S+ : \(tensor<([0-9x]*)x?bf16>\)", text)
+  converted = re.findall(r"stablehlo.convert %\S+ : \(tensor<((?:\d+x)*\d+)x(?:bf16|f32)>\)", text)
   return dots, converted
 
 
@@ -151,7 +151,7 @@ def test_bfloat16_weights_are_cast_once_and_every_product_accumulates_in_float32
   params = quantized.quantize_params(_bfloat16(cfg).model, _params(cfg))
   for path, x in jax.tree_util.tree_flatten_with_path(params)[0]:
     source = functools.reduce(lambda tree, key: tree[key.key], path, _params(cfg))
-    cast = path[-1].key in quantized.BFLOAT16
+    cast = path[-1].key in ("kernel", "embedding")   # the products' weights
     assert x.dtype == (jnp.bfloat16 if cast else jnp.float32), path
     np.testing.assert_array_equal(x, np.asarray(source).astype(x.dtype))
   dots, converted = _dots_and_converts(_bfloat16(cfg), params)
@@ -161,8 +161,11 @@ def test_bfloat16_weights_are_cast_once_and_every_product_accumulates_in_float32
   # four (queries by keys, probabilities by values, twice) in float32.
   assert kinds == {("bf16", "bf16", "f32"): 6 * cfg.num_layers + 1,
                    ("xf32", "xf32", "f32"): 4 * cfg.num_layers}, kinds
-  # No weight is converted in the step: only activations (rows first) and biases.
-  weights = {"x".join(map(str, x.shape)) for x in jax.tree.leaves(params) if x.ndim >= 2}
+  # No weight is converted in the step, to or from bfloat16: only activations (rows first)
+  # and biases.
+  weights = {"x".join(map(str, x.shape))
+             for path, x in jax.tree_util.tree_flatten_with_path(params)[0]
+             if path[-1].key in ("kernel", "embedding")}
   assert not weights & set(converted), weights & set(converted)
 
 
