@@ -39,3 +39,14 @@ def test_first_command_runs_the_demo_script():
   assert "pip install -r requirements.txt" in first
   script = re.search(r"python3 (experiments/\S+\.py) --config=demo", first).group(1)
   assert (ROOT / script).exists()
+
+
+def test_the_tests_compile_without_llvm_optimisation_and_ci_once_with_it():
+  # tests/conftest.py: the suite's budget rests on it (docs/benchmarks.md, "The test suite"),
+  # and CI's third step covers the machine code the commands run.
+  import os  # pylint: disable=import-outside-toplevel
+  optimised = os.environ.get("T2T_JAX_TEST_OPTIMIZE") == "1"
+  assert ("--xla_backend_optimization_level=0" in os.environ["XLA_FLAGS"].split()) != optimised
+  ci = (ROOT / ".ci" / "run").read_text()
+  step3 = re.search(r"^step3\(\) \{\n(.*?)^\}", ci, re.M | re.S).group(1)
+  assert re.search(r"T2T_JAX_TEST_OPTIMIZE=1 XLA_FLAGS=\S+ \\\n\s+python3 -m pytest", step3)
