@@ -1,5 +1,6 @@
 """The README's promises: its layer-reuse example runs, CI runs its test command."""
 
+import os
 import pathlib
 import re
 
@@ -44,7 +45,6 @@ def test_first_command_runs_the_demo_script():
 def test_the_tests_compile_without_llvm_optimisation_and_ci_once_with_it():
   # tests/conftest.py: the suite's budget rests on it (docs/benchmarks.md, "The test suite"),
   # and CI's third step covers the machine code the commands run.
-  import os  # pylint: disable=import-outside-toplevel
   optimised = os.environ.get("T2T_JAX_TEST_OPTIMIZE") == "1"
   assert ("--xla_backend_optimization_level=0" in os.environ["XLA_FLAGS"].split()) != optimised
   ci = (ROOT / ".ci" / "run").read_text()

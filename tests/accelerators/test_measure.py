@@ -16,6 +16,8 @@ import jax
 import numpy as np
 import pytest
 
+import xla_flags  # tests/xla_flags.py
+
 from t2t_jax import configs
 from t2t_jax.accelerators import measure
 from t2t_jax.cli import compile as compile_lib
@@ -134,7 +136,7 @@ def test_training_and_decoding_run_without_tensorflow_or_optional_packages():
                          "modules": len(modules)}}))
   """)
   env = {**os.environ, "PYTHONPATH": str(ROOT), "JAX_PLATFORMS": "cpu",
-         "XLA_FLAGS": "--xla_force_host_platform_device_count=1"}
+         "XLA_FLAGS": xla_flags.with_devices(1)}
   result = subprocess.run([sys.executable, "-c", script], capture_output=True, text=True,
                           env=env, cwd=ROOT, timeout=600)
   assert result.returncode == 0, result.stderr[-3000:]

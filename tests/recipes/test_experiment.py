@@ -12,6 +12,8 @@ import sys
 import jax
 import pytest
 
+import xla_flags  # tests/xla_flags.py
+
 from saved_states import CFG, assert_trees_equal, make_state, np_mean, save_steps
 from t2t_jax.data import demo
 from t2t_jax.data import vocab
@@ -28,7 +30,7 @@ TINY = ["--config.num_layers=1", "--config.d_model=32", "--config.d_ff=64",
 
 
 def _run(*args):
-  env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=2",
+  env = dict(os.environ, XLA_FLAGS=xla_flags.with_devices(2),
              PYTHONPATH=str(ROOT))  # this checkout's package, not an installed one
   env.pop("PYTEST_CURRENT_TEST", None)
   return subprocess.run([sys.executable, str(SCRIPT), *args], capture_output=True, text=True,

@@ -14,6 +14,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+import xla_flags  # tests/xla_flags.py
+
 from saved_states import CFG, Unreadable, assert_trees_equal, eio, make_state, save_steps, truncate
 from t2t_jax.runtime import checkpoint
 from t2t_jax.train.step import TrainState
@@ -231,7 +233,7 @@ def test_restores_on_a_different_device_count(tmp_path):
         np.testing.assert_array_equal(leaf, expected[f"arr_{{i}}"])
       print("restored", len(leaves), "leaves on", jax.device_count(), "device")
   """)
-  env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1",
+  env = {**os.environ, "XLA_FLAGS": xla_flags.with_devices(1),
          "JAX_PLATFORMS": "cpu"}
   result = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True,
                           text=True, timeout=120, cwd=pathlib.Path(__file__).parents[2])

@@ -15,6 +15,8 @@ import time
 import numpy as np
 import pytest
 
+import xla_flags  # tests/xla_flags.py
+
 from t2t_jax.runtime import multihost
 
 ROOT = pathlib.Path(__file__).parents[2]
@@ -64,7 +66,7 @@ def _start(mode, scratch, heartbeat_s):
   port = free_port()
   processes = []
   for i in range(2):
-    env = {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+    env = {**os.environ, "XLA_FLAGS": xla_flags.with_devices(2),
            "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2",
            multihost.ENV_COORDINATOR: f"127.0.0.1:{port}", multihost.ENV_NUM_PROCESSES: "2",
            multihost.ENV_PROCESS_ID: str(i)}

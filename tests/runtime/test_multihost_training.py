@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 
 import trained
+import xla_flags  # tests/xla_flags.py
 from t2t_jax.inference import translator
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import checkpoint
@@ -72,7 +73,7 @@ def flags(tmp_path_factory):
 
 
 def _env(devices, **extra):
-  env = {**os.environ, "XLA_FLAGS": f"--xla_force_host_platform_device_count={devices}",
+  env = {**os.environ, "XLA_FLAGS": xla_flags.with_devices(devices),
          "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
   # Without the persistent compilation cache: every process compiles for itself, so
   # none reaches the first collective long after the others.

@@ -21,6 +21,7 @@ import numpy as np
 import pytest
 
 import trained
+import xla_flags  # tests/xla_flags.py
 from t2t_jax import configs
 from t2t_jax.runtime import checkpoint
 from t2t_jax.train import step as step_lib
@@ -94,7 +95,7 @@ def _command(overrides, workdir, *extra):
 
 def _env(cache_dir):
   # Two devices keep the cross-device sums in play at a fraction of eight's cost.
-  return {**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=2",
+  return {**os.environ, "XLA_FLAGS": xla_flags.with_devices(2),
           "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2",
           "JAX_COMPILATION_CACHE_DIR": str(cache_dir),
           "JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS": "0",

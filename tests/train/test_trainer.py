@@ -21,6 +21,8 @@ import jax
 import numpy as np
 import pytest
 
+import xla_flags  # tests/xla_flags.py
+
 from t2t_jax import configs
 from t2t_jax.data import dataset
 from t2t_jax.data import demo
@@ -81,7 +83,7 @@ def _metrics(workdir):
 
 def _start(workdir, devices, plan):
   # The persistent compilation cache spares the resumed run a second compilation.
-  env = dict(os.environ, XLA_FLAGS=f"--xla_force_host_platform_device_count={devices}",
+  env = dict(os.environ, XLA_FLAGS=xla_flags.with_devices(devices),
              JAX_PLATFORMS="cpu", PYTHONPATH=str(REPO),
              JAX_COMPILATION_CACHE_DIR=str(workdir.parent / "jax_cache"))
   return subprocess.Popen([sys.executable, "-c", _SCRIPT, json.dumps(plan), str(workdir)],
