@@ -11,7 +11,8 @@ once as `Translator(dtype="bfloat16")` does), over the whole vocabulary and over
 `--shortlist` rows of it (a list from padding and EOS on, as a batch's candidates are),
 each timed as a loop of `--output_len` steps in one program, in milliseconds per step:
   search          beam search with EOS off (bench_decode's CTranslate2 workload)
-  step            `transformer.decode_step` alone on the beams' cache, no search
+  step            the search's step function alone (`batch_decoder.model_step`: the
+                  model's step and its output projection) on the beams' cache, no search
   products        the decoder's Dense products (fused QKV, the attention outputs,
                   the cross-attention query, the feed-forward pair) and the output
                   projection alone: the model's own kernels and weights, in the
@@ -92,7 +93,7 @@ def _steps(cfg, params, inputs, ids, *, beam_size: int, steps: int):
 def _dense(x, kernels):
   """The model's product: `int8.int8_dense` for int8 kernels, else x by the kernels side by
   side (as MultiHeadAttention fuses its QKV), each flattened to [in, out]; bfloat16 ones
-  as `layers.float32_products` runs them (bfloat16 operands, float32 results)."""
+  as kernels/bfloat16.py runs them (bfloat16 operands, float32 results)."""
   if isinstance(kernels[0], int8.Int8Kernel):
     return int8.int8_dense(x, kernels)
   kernels = [k.reshape(x.shape[-1], -1) for k in kernels]
@@ -104,8 +105,10 @@ def _products(cfg, params, hidden, ids, *, steps: int):
   """The decoder's per-step products and the output projection alone, `steps` times."""
   layers = [params["decoder"][f"layers_{i}"] for i in range(cfg.num_layers)]
   kernel = lambda layer, part, name: layer[part][name]["kernel"]
-  output = (params["output_projection"] if cfg.quantization == "int8"
-            else params["embedding"]["embedding"])
+  output_layer = choice.output_layer(cfg)   # the search's output projection, as it reads it
+  output = output_layer.kernel(params, transformer.output_weights(cfg, params)[0])
+  if ids is not None:
+    output = logits_lib.listed_rows(output, ids)
 
   def body(_, x):
     for layer in layers:
@@ -116,11 +119,7 @@ def _products(cfg, params, hidden, ids, *, steps: int):
       x = x + _dense(jax.nn.relu(_dense(x, [kernel(layer, "ffn", "wi")])),
                      [kernel(layer, "ffn", "wo")])
       x = x * jax.lax.rsqrt(jnp.mean(x * x, axis=-1, keepdims=True) + 1.0)  # bounded
-    if cfg.quantization == "int8":
-      scores = int8.project_logits(x, output, "vocab_major", ids).logits    # [size, rows]
-    else:
-      scores = logits_lib.project_logits(x.astype(output.dtype), output, "vocab_major",
-                                         ids).logits
+    scores = output_layer.project(x, output, "vocab_major").logits      # [size, rows]
     # Each row's best logit, as the search reads them: every logit is computed.
     return x + 1e-6 * jnp.max(scores, axis=0)[:, None]
 

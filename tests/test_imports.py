@@ -254,6 +254,11 @@ def _commands() -> set[str]:
           if (PACKAGE / "cli" / f"{name}.py").exists()}
 
 
+# The model's functional entry points users call (README, docs/design.md), public whether or
+# not other code of the package calls them.
+ENTRY_POINTS = {("model", "init_params"), ("model", "init_cache"), ("model", "decode_step")}
+
+
 def test_every_package_s_all_is_what_other_code_imports_from_it():
   """Public is what is in use: a name imported across packages (or by benchmarks/,
   experiments/, notebooks/) is in that package's `__all__`, and `__all__` names nothing else
@@ -271,14 +276,15 @@ def test_every_package_s_all_is_what_other_code_imports_from_it():
                        + "\n".join(private))
   commands = {("cli", name) for name in _commands()}
   unused = sorted(f"{package}.{name}" for package, names in declared.items() for name in names
-                  if (package, name) not in imported and (package, name) not in commands)
+                  if (package, name) not in imported and (package, name) not in commands
+                  and (package, name) not in ENTRY_POINTS)
   assert not unused, f"in an __all__ but imported by no other package or script: {unused}"
 
 
 # ------------------------------------------------------------------ the core and the product
 # The paper's core: the config, the model, the train step and loop, beam search, BLEU, the
 # WMT/text data path. The product plugs in around it and the core imports none of it.
-PRODUCT = ("serve", "export", "accelerators", "kernels.int8", "model.quantized",
+PRODUCT = ("serve", "export", "accelerators", "kernels.int8", "kernels.bfloat16", "model.quantized",
            "data.shortlist", "data.demo", "data.multi30k", "runtime.stored_programs",
            "runtime.heap", "inference.streaming", "inference.translator",
            "inference.long_inputs", "inference.visualize", "decoding.sampling",
@@ -288,9 +294,8 @@ CORE = ("configs", "ids", "errors", "model", "kernels", "train", "decoding.beam_
         "inference.text", "data.dataset", "data.sources", "data.wmt", "recipes.experiment",
         "recipes.paper", "cli.train")
 # The few places a core module loads a product module, and only when a config asks for it.
-ON_REQUEST = {("model.attention", "kernels.int8"): "an int8 model (decoding only)",
-              ("model.layers", "kernels.int8"): "an int8 model (decoding only)",
-              ("model.transformer", "kernels.int8"): "an int8 model (decoding only)",
+ON_REQUEST = {("kernels.choice", "kernels.int8"): "an int8 model (decoding only)",
+              ("kernels.choice", "kernels.bfloat16"): "a bfloat16 model (decoding only)",
               ("data.sources", "data.demo"): "dataset=demo"}
 # `python -c "import t2t_jax.cli.train"` loads at most this many of the package's modules.
 TRAIN_MODULES = 50

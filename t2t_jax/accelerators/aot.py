@@ -29,7 +29,9 @@ from t2t_jax import model as model_lib
 from t2t_jax.accelerators import kernels
 from t2t_jax.accelerators.targets import Target, topology
 from t2t_jax.configs import TransformerConfig
+from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import beam_search
+from t2t_jax.kernels import choice
 from t2t_jax.train import memory
 from t2t_jax.train import step as step_lib
 
@@ -162,14 +164,15 @@ def compile_decode_step(cfg: TransformerConfig, target: Target, sentences: int,
   params = jax.eval_shape(functools.partial(model_lib.init_params, cfg.model), jax.random.key(0))
   inputs = jax.ShapeDtypeStruct((sentences, source_length), jnp.int32)
   cache = jax.eval_shape(
-      functools.partial(model_lib.init_cache, cfg.model, max_decode_len=max_decode_len), params,
-      inputs)
+      functools.partial(model_lib.init_cache, cfg.model, max_decode_len=max_decode_len,
+                        plugins=choice.plugins(cfg.model)), params, inputs)
   rows = sentences * cfg.beam_size
   # The search keeps the per-position parts once per hypothesis (beam_search.tile).
   cache = jax.eval_shape(lambda c: beam_search.tile(c, cfg.beam_size), cache)
   tokens = jax.ShapeDtypeStruct((rows,), jnp.int32)
   position = jax.ShapeDtypeStruct((), jnp.int32)
-  step = jax.jit(functools.partial(model_lib.decode_step, cfg.model, logits_layout=logits_layout))
+  step = jax.jit(lambda params, cache, tokens, position: batch_decoder.model_step(
+      batch_decoder.Member(cfg.model, params), logits_layout)(cache, tokens, position))
   args = (_placed(params, one), _placed(cache, one), _placed(tokens, one), _placed(position, one))
   return _program(step.lower(*args))
 

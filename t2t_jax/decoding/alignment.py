@@ -30,6 +30,7 @@ import numpy as np
 from t2t_jax import configs
 from t2t_jax.ids import bucket_length
 from t2t_jax.ids import EOS_ID
+from t2t_jax.kernels import choice
 from t2t_jax.model import transformer
 
 Pairs = list[tuple[int, int]]
@@ -150,8 +151,8 @@ def check_layer_and_head(cfg: configs.ModelConfig, layer: int,
 def _cross_attention(params: Any, inputs: jax.Array, targets: jax.Array, *,
                      model: configs.ModelConfig, layer: int,
                      head: Optional[int]) -> jax.Array:
-  _, sown = transformer.Transformer(model).apply({"params": params}, inputs, targets, train=False,
-                                         mutable=["intermediates"])
+  _, sown = transformer.Transformer(model, choice.plugins(model)).apply(
+      {"params": params}, inputs, targets, train=False, mutable=["intermediates"])
   weights = sown["intermediates"]["decoder"][f"layers_{layer}"]["cross_attention"]
   weights = weights["attention_weights"][0]                          # [batch, heads, tgt, src]
   return weights.mean(axis=1) if head is None else weights[:, head]  # [batch, tgt, src]

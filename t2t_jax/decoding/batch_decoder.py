@@ -5,10 +5,13 @@ through one step function, and the compiled programs that run it.
     tokens, scores = decode_batch([Member(cfg.model, params)], inputs, search)
     compile_beam_programs(members, rows, width, search)      # a server's warm-up
 
-The search (decoding/beam_search.py) knows no model; here a model's `decode_step` is
-bound to it (`init_decoder`: one model, or an ensemble whose step function averages the
-members' probabilities), a batch is checked and each sentence's maximum output length
-set (`output_limits`), and the compiled programs run. Sampling's program is
+The search (decoding/beam_search.py) knows no model; here a model is bound to it
+(`init_decoder`: one model, or an ensemble whose step function averages the members'
+probabilities): its `decode_features` with the kernels its config chooses
+(kernels/choice.py), projected onto the vocabulary by its output layer (`model_step`:
+vocabulary-major for one model, onto a shortlist's rows where one is given), a batch is
+checked and each sentence's maximum output length set (`output_limits`), and the compiled
+programs run. Sampling's program is
 decoding/sampling.py's, the uncached reference's decoding/uncached.py's.
 
 The programs take the models' `configs.ModelConfig` (`cfg.model`) and the search
@@ -28,7 +31,7 @@ from __future__ import annotations
 import dataclasses
 import functools
 import math
-from typing import Any, NamedTuple, Optional, Sequence
+from typing import Any, Callable, NamedTuple, Optional, Sequence
 
 import jax
 import jax.numpy as jnp
@@ -167,8 +170,58 @@ def check_compatible(members: Sequence[Member]) -> None:
                      "vocabulary")
 
 
+def output_projection(member: Member, layout: str = "row_major",
+                      shortlist: Optional[Array] = None) -> Callable[[Array], logits_lib.Logits]:
+  """The model's decoder features [..., d_model] -> logits, as a search projects them: by its
+  output layer (`choice.output_layer`: its products, over its kernel) in `layout`
+  ("vocab_major": features [rows, d_model] only), plus its output bias. `shortlist` [size]
+  (`Shortlist.batch_ids`): onto those rows of the weights only (`logits.listed_rows`), logits
+  [..., size] or [size, rows] with FILLER's at -inf (`logits.listed_logits`)."""
+  cfg, params = member
+  output = choice.output_layer(cfg)
+  kernel, bias = transformer.output_weights(cfg, params)
+  kernel = output.kernel(params, kernel)
+  if shortlist is not None:
+    kernel = logits_lib.listed_rows(kernel, shortlist)
+
+  def project(features: Array) -> logits_lib.Logits:
+    logits = output.project(features, kernel, layout)
+    if shortlist is not None:
+      logits = logits_lib.listed_logits(logits, shortlist)
+    if bias is not None:
+      logits = logits_lib.add_bias(logits, bias, shortlist)
+    return logits
+
+  return project
+
+
+def model_step(member: Member, layout: str = "row_major",
+               shortlist: Optional[Array] = None) -> beam_search.StepFn:
+  """One model's step function: `transformer.decode_features` with the kernels its config
+  chooses (`choice.plugins`), projected by `output_projection`."""
+  cfg, params = member
+  plugins = choice.plugins(cfg)
+  project = output_projection(member, layout, shortlist)
+
+  def step(cache: Any, tokens: Array, position: Array) -> tuple[logits_lib.Logits, Any]:
+    features, cache = transformer.decode_features(cfg, params, cache, tokens, position, plugins)
+    return project(features), cache
+
+  return step
+
+
+def teacher_forced_logits(member: Member, inputs: Array, targets: Array) -> Array:
+  """Logits [batch, tgt_len, vocab] float32 of `targets` given `inputs` (shifted right inside),
+  computed as the search computes each step's (`model_step`): the reference every cached
+  step is held to, and what scoring a given translation reads."""
+  cfg, params = member
+  features = transformer.Transformer(cfg, choice.plugins(cfg)).apply(
+      {"params": params}, inputs, targets, method=transformer.Transformer.decoder_features)
+  return output_projection(member)(features)
+
+
 def step_function(members: Sequence[Member], shortlist: Optional[Array] = None) -> beam_search.StepFn:
-  """The members' `decode_step`s as one step function: one model's own, or the ensemble's.
+  """The members' step functions (`model_step`) as one: one model's own, or the ensemble's.
 
   `shortlist` [size]: a batch's candidate ids (`Shortlist.batch_ids`: ascending, padding
   and EOS first, then FILLER), the only rows of the output projections computed; the step
@@ -176,9 +229,7 @@ def step_function(members: Sequence[Member], shortlist: Optional[Array] = None) 
   """
   check_compatible(members)
   layout = choice.logits_layout(len(members))
-  steps = [functools.partial(transformer.decode_step, m.cfg, m.params, logits_layout=layout,
-                             shortlist=shortlist)
-           for m in members]
+  steps = [model_step(m, layout, shortlist) for m in members]
   step = steps[0] if len(members) == 1 else ensemble_step(steps)
   return step if shortlist is None else over_shortlist(step, shortlist)
 
@@ -214,7 +265,8 @@ def init_decoder(members: Sequence[Member], inputs: Array, max_len: int,
   `shortlist`: as for `step_function`.
   """
   step_fn = step_function(members, shortlist)
-  caches = tuple(transformer.init_cache(m.cfg, m.params, inputs, max_len) for m in members)
+  caches = tuple(transformer.init_cache(m.cfg, m.params, inputs, max_len, choice.plugins(m.cfg))
+                 for m in members)
   return (caches[0] if len(members) == 1 else caches), step_fn
 
 

@@ -44,7 +44,7 @@ import jax
 import jax.numpy as jnp
 
 from t2t_jax.ids import EOS_ID, NEG_INF, PAD_ID
-from t2t_jax.kernels import choice
+from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.kernels.logits import Logits, VocabMajor, row_major
 from t2t_jax.model import decode_cache
 
@@ -121,13 +121,13 @@ def best_tokens(logits: Logits, n: int) -> tuple[Array, Array]:
   """
   if isinstance(logits, VocabMajor):   # [vocab, rows], read in place (kernels/logits.py)
     x = logits.logits.astype(jnp.float32)
-    values, tokens = choice.best_columns(x, min(n, x.shape[0]), PAD_ID)
+    values, tokens = logits_lib.chosen_best_columns(x, min(n, x.shape[0]), PAD_ID)
   else:
     x = logits.astype(jnp.float32)                                      # [rows, vocab]
     top = jnp.max(x, axis=1)                                            # [rows]
     normaliser = jnp.log(jnp.sum(jnp.exp(x - top[:, None]), axis=1))
     # -inf only ever meets the subtractions below, never another infinity.
-    values, tokens = choice.top_k(x.at[:, PAD_ID].set(-jnp.inf), min(n, x.shape[1]))
+    values, tokens = logits_lib.chosen_top_k(x.at[:, PAD_ID].set(-jnp.inf), min(n, x.shape[1]))
     values = (values - top[:, None]) - normaliser[:, None]
   return jnp.where(tokens == PAD_ID, NEG_INF, values), tokens
 

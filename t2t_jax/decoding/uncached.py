@@ -21,9 +21,15 @@ from t2t_jax import configs
 from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import beam_search
 from t2t_jax.ids import EOS_ID
+from t2t_jax.kernels import choice
 from t2t_jax.model import transformer
 
 Array = jax.Array
+
+
+def _model(cfg: configs.ModelConfig) -> transformer.Transformer:
+  """The model with the kernels its config chooses, as the cached decoder runs it."""
+  return transformer.Transformer(cfg, choice.plugins(cfg))
 
 
 def uncached_decoder(cfg: configs.ModelConfig, params: Any, inputs: Array,
@@ -34,8 +40,7 @@ def uncached_decoder(cfg: configs.ModelConfig, params: Any, inputs: Array,
   teacher-forced `Transformer.decode` to all `max_len` positions and reads one.
   """
   batch = inputs.shape[0]
-  encoded = transformer.Transformer(cfg).apply({"params": params}, inputs,
-                                               method=transformer.Transformer.encode)
+  encoded = _model(cfg).apply({"params": params}, inputs, method=transformer.Transformer.encode)
   state = {"inputs": inputs, "prefix": jnp.zeros((batch, max_len), jnp.int32), "encoded": encoded}
   return state, functools.partial(uncached_step, cfg, params)
 
@@ -51,7 +56,7 @@ def uncached_step(cfg: configs.ModelConfig, params: Any, state: dict, tokens: Ar
   # non-zero id at `position` keeps the query real (its value is never read).
   targets = jax.lax.dynamic_update_index_in_dim(
       prefix, jnp.full_like(tokens, EOS_ID), position, axis=1)
-  logits = transformer.Transformer(cfg).apply(
+  logits = _model(cfg).apply(
       {"params": params}, state["encoded"], state["inputs"], targets,
       method=transformer.Transformer.decode)                           # [rows, max_len, vocab]
   next_logits = jax.lax.dynamic_index_in_dim(logits, position, axis=1, keepdims=False)

@@ -55,6 +55,7 @@ def attention_maps(cfg: Any, params: Any, source_ids: Sequence[int],
   # JAX only here: the plotting functions need nothing but NumPy and matplotlib.
   import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  from t2t_jax.kernels import choice  # pylint: disable=import-outside-toplevel
   from t2t_jax.model import transformer  # pylint: disable=import-outside-toplevel
 
   source = np.asarray(source_ids, dtype=np.int32)
@@ -63,7 +64,8 @@ def attention_maps(cfg: Any, params: Any, source_ids: Sequence[int],
     if ids.ndim != 1 or ids.size == 0 or (ids == 0).any():
       raise ValueError(f"{name} must be a non-empty 1-D list of ids without padding (0), "
                        f"got {ids.tolist()}")
-  forward = jax.jit(lambda p, s, t: transformer.Transformer(cfg.model).apply(
+  model = transformer.Transformer(cfg.model, choice.plugins(cfg.model))
+  forward = jax.jit(lambda p, s, t: model.apply(
       {"params": p}, s, t, train=False, mutable=["intermediates"])[1]["intermediates"])
   sown = forward(params, jnp.asarray(source[None]), jnp.asarray(target[None]))
 

@@ -1,4 +1,9 @@
-"""Which kernel runs each job, for the platform a program is built for: the one place that chooses.
+"""Which kernel runs each job, for the platform a program is built for: the one place that chooses,
+and what hands the choices to the model and the search.
+
+    plugins = choice.plugins(cfg)       # model.plugins.Plugins for cfg (a configs.ModelConfig)
+    transformer.Transformer(cfg, plugins), transformer.decode_features(cfg, ..., plugins)
+    output = choice.output_layer(cfg)   # logits.OutputLayer: how a search projects the features
 
 Each job has its reference where a reader meets it and faster swap-ins here in kernels/,
 held equal to the reference by the tests:
@@ -11,27 +16,42 @@ held equal to the reference by the tests:
               read in place (`logits_layout`)
   top-k       reference `jax.lax.top_k`; swap-in `logits.blocked_top_k`, and for
               vocabulary-major logits (with their normaliser) reference `logits.best_columns`,
-              swap-in `logits.blocked_best_columns`; by the platform the program is lowered
-              for (`top_k`, `best_columns`)
-Dropout's masks are chosen by the config's `dropout_generator` (`model.layers.dropout`:
-`jax.random.bernoulli`, or `dropout.hash_dropout`), the same on every platform.
+              swap-in `logits.blocked_best_columns`; chosen inside the program by the
+              platform it is lowered for, beside the kernels (`logits.chosen_top_k`,
+              `logits.chosen_best_columns`), so that the search imports nothing of the model
+What each model field chooses (`plugins`, `output_layer`):
+  attention_impl     the attention the model runs: "reference" the model's own
+                     `dot_product_attention`; otherwise `Attention`, which runs the kernel
+                     `attention_kernel` picks for each attention
+  dropout_generator  "hash": `dropout.dropout` (masks from an index hash); "threefry": the
+                     model's own `layers.dropout` (`jax.random.bernoulli`); the same on
+                     every platform
+  quantization       "int8" or "bfloat16" (decoding only): the products of kernels/int8.py
+                     or kernels/bfloat16.py as the model's `dense` and `fused_dense` and the
+                     search's output layer; each module is imported only then, so training
+                     and a float32 model never load it
 """
 
 from __future__ import annotations
 
 import functools
-import logging
 import platform
-from typing import Any, Optional
+import dataclasses
+from typing import Any, Optional, Union
 
 import jax
 import jax.numpy as jnp
-from jax import lax
 
+from t2t_jax import errors
+from t2t_jax.configs import ModelConfig
+from t2t_jax.kernels import dropout
+from t2t_jax.kernels import fused_attention
 from t2t_jax.kernels import logits as logits_lib
+from t2t_jax.model import attention as attention_lib
+from t2t_jax.model import layers
+from t2t_jax.model import plugins as plugins_lib
 
 Array = jax.Array
-log = logging.getLogger(__name__)
 
 # Platforms whose programs get cuDNN attention: the names jax.default_backend() and the
 # compile-only topologies give NVIDIA GPUs.
@@ -103,6 +123,69 @@ def attention_kernel(implementation: str, *, dense: bool, window: Optional[int],
   return implementation
 
 
+# ------------------------------------------------------------------ what the model takes
+
+
+@dataclasses.dataclass(frozen=True)
+class Attention:
+  """The model's `attention_fn` for an `attention_impl` other than "reference": each call runs
+  the kernel `choice.attention_kernel` picks for it (`model.attention.dot_product_attention`
+  where none applies, or where the probabilities are wanted)."""
+  implementation: str
+
+  def __call__(self, q: Array, k: Array, v: Array, mask: Union[attention_lib.Mask, Array, None],
+               *, dtype: Any = None, dropout_rate: float = 0.0,
+               dropout_rng: Optional[Array] = None,
+               probabilities: bool = False) -> tuple[Array, Optional[Array]]:
+    dropout_on = dropout_rng is not None and dropout_rate > 0.0
+    structured = isinstance(mask, attention_lib.Mask)
+    kernel = attention_kernel(
+        self.implementation, dense=not structured, window=mask.window if structured else None,
+        d_k=k.shape[-1], d_v=v.shape[-1], dtype=dtype or q.dtype, dropout=dropout_on,
+        probabilities=probabilities)
+    if kernel == "reference":
+      return attention_lib.dot_product_attention(q, k, v, mask, dtype=dtype,
+                                                 dropout_rate=dropout_rate,
+                                                 dropout_rng=dropout_rng)
+    if kernel in ("core", "core_recompute"):  # any backend builds these
+      return fused_attention.fused_attention(q, k, v, mask, dtype, kernel), None
+    try:
+      return fused_attention.fused_attention(q, k, v, mask, dtype, kernel), None
+    except (NotImplementedError, RuntimeError, ValueError) as e:  # cuDNN checks while tracing
+      raise ValueError(f"{kernel} attention cannot be built ({errors.one_line(e)}); use "
+                       "--config.attention_impl=core") from e
+
+
+def plugins(cfg: ModelConfig) -> plugins_lib.Plugins:
+  """The model's plug-ins for `cfg` (module docstring): what training and decoding hand in."""
+  chosen = plugins_lib.Plugins(
+      attention_fn=(attention_lib.dot_product_attention if cfg.attention_impl == "reference"
+                    else Attention(cfg.attention_impl)),
+      dropout_fn=dropout.dropout if cfg.dropout_generator == "hash" else layers.dropout)
+  products = _products(cfg)
+  if products is None:
+    return chosen
+  return chosen.replace(dense=products.dense, fused_dense=products.fused_dense)
+
+
+def output_layer(cfg: ModelConfig) -> logits_lib.OutputLayer:
+  """How a search projects `cfg`'s decoder features onto the vocabulary (module docstring)."""
+  products = _products(cfg)
+  return logits_lib.OutputLayer() if products is None else products.OUTPUT
+
+
+def _products(cfg: ModelConfig) -> Any:
+  """The module of a quantized model's products, imported only for one; None for float."""
+  # pylint: disable=import-outside-toplevel
+  if cfg.quantization == "int8":
+    from t2t_jax.kernels import int8
+    return int8
+  if cfg.quantization == "bfloat16":
+    from t2t_jax.kernels import bfloat16
+    return bfloat16
+  return None
+
+
 # ----------------------------------------------------------------------------- logits
 
 
@@ -113,27 +196,6 @@ def logits_layout(models: int) -> str:
   `decoding.beam_search.best`); an ensemble averages row-major log-probabilities.
   """
   return "vocab_major" if models == 1 else "row_major"
-
-
-# ------------------------------------------------------------------------------ top-k
-# Chosen inside the program by the platform it is compiled for (`lax.platform_dependent`),
-# so a program built here for a TPU gets the TPU's choice: `jax.lax.top_k` itself, which
-# XLA's TPU cost model predicts faster than the blocked one over 256 x 37000
-# (docs/benchmarks.md, "compiler predictions"); elsewhere the blocked ones.
-
-
-def top_k(x: Array, n: int) -> tuple[Array, Array]:
-  """`jax.lax.top_k(x, n)`: itself on a TPU, `logits.blocked_top_k` elsewhere."""
-  return lax.platform_dependent(x, tpu=lambda x: tuple(jax.lax.top_k(x, n)),
-                                default=lambda x: logits_lib.blocked_top_k(x, n))
-
-
-def best_columns(x: Array, n: int, skip: int) -> tuple[Array, Array]:
-  """`logits.best_columns(x, n, skip)` for logits x [size, columns] (each column's n best
-  log-probabilities, row `skip` left out of the picking): itself on a TPU,
-  `logits.blocked_best_columns` elsewhere."""
-  return lax.platform_dependent(x, tpu=lambda x: logits_lib.best_columns(x, n, skip),
-                                default=lambda x: logits_lib.blocked_best_columns(x, n, skip))
 
 
 # ------------------------------------------------------------------------------ the CPU
@@ -175,21 +237,3 @@ def cpu_description(path: str = CPUINFO) -> str:
   flags = cpu_flags(path)
   named = " ".join(f for f in CPU_FLAGS if f in flags) or "none of " + "/".join(CPU_FLAGS)
   return f"{model} ({named})"
-
-
-def bfloat16_results() -> Any:
-  """The dtype a bfloat16 product (a `quantization="bfloat16"` model's) accumulates in and
-  returns: float32, on every CPU measured so far; logged at debug level with the CPU's flags.
-
-  Measured on an AMD EPYC with avx512_bf16 and avx512_vnni (no AMX), [64..256, 512] x
-  [512, 2048]: bfloat16 x bfloat16 -> float32 runs at twice float32's speed, -> bfloat16
-  no faster than float32 (XLA CPU rounds each result apart). No AMX or AVX2-only CPU is
-  measured yet; where another form is found faster there, `cpu_flags` chooses it here.
-  """
-  _log_once(f"bfloat16 products accumulate in and return float32 on {cpu_description()}")
-  return jnp.float32
-
-
-@functools.cache
-def _log_once(message: str) -> None:
-  log.debug("kernels.choice: %s", message)

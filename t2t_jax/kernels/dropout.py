@@ -1,5 +1,5 @@
 """Dropout (section 5.4) with masks that are a hash of the element's index: the swap-in for the
-reference `model.layers.dropout(generator="threefry")`.
+reference `model.layers.dropout` (`dropout` here, handed to the model as its `dropout_fn`).
 
 The reference draws its masks with `jax.random.bernoulli`, as Flax's `nn.Dropout` does. On a CPU, JAX lowers threefry to a loop that XLA cannot fuse with
 anything: each mask's random bits are written out, kept for the backward pass (8
@@ -18,8 +18,8 @@ the mask from the two seeds instead of storing it (`jax.custom_vjp`). The keep
 probability is exact to 2**-32 (`jax.random.bernoulli` compares a float32 with
 23 random bits).
 
-`cfg.dropout_generator` chooses between them ("hash", the default, or "threefry";
-`model.layers.dropout`); the tests hold the hash to the reference in what matters: the
+`cfg.dropout_generator` chooses between them ("hash", the default, or "threefry", the
+reference: kernels/choice.py); the tests hold the hash to the reference in what matters: the
 kept fraction, the scaling, independent masks for different keys and neighbouring
 elements, and the gradient.
 """
@@ -91,3 +91,15 @@ def _hash_dropout_bwd(rate, seed, grad):
 
 
 hash_dropout.defvjp(_hash_dropout_fwd, _hash_dropout_bwd)
+
+
+def dropout(x: Array, key: Array, rate: float) -> Array:
+  """`model.layers.dropout(x, key, rate)` with the hash's masks (`hash_dropout`, seeded from
+  `key`): the model's `dropout_fn` where the config's `dropout_generator` is "hash"."""
+  if not 0.0 <= rate <= 1.0:
+    raise ValueError(f"dropout rate must be in [0, 1], got {rate}")
+  if rate == 0.0:
+    return x
+  if rate == 1.0:
+    return jnp.zeros_like(x)
+  return hash_dropout(x, seeds(key), rate)

@@ -11,16 +11,18 @@ CPU: int8 weights converted to float32 inside a program run slower than float32 
 the unquantised activations by the dequantised weights; tests/kernels/test_int8.py
 holds the two within the rounding error of the activations' quantisation.
 
-A config with `quantization="int8"` (decoding only: `t2t-translate --int8`) builds the
-Transformer with every Dense product an `Int8Dense` and its output projection by
-`project_logits` here; the model imports this module only then, so training and a
-float32 model never load it. model/quantized.py converts a float32 model's params.
+A config with `quantization="int8"` (decoding only: `t2t-translate --int8`) hands the
+Transformer the plug-ins here (model/plugins.py; kernels/choice.py imports this module only
+then, so training and a float32 model never load it): every projection an `Int8Dense`
+(`dense`), decoding's query, key and value projections one int8 product (`fused_dense`),
+and the search's output projection int8 over the int8 copy of the pre-softmax weights
+(`OUTPUT`). model/quantized.py converts a float32 model's params.
 """
 
 from __future__ import annotations
 
 import math
-from typing import Optional, Sequence, Union
+from typing import Any, Optional, Sequence, Union
 
 import flax.linen as nn
 import flax.struct
@@ -70,13 +72,6 @@ def concatenate(kernels: Sequence[Int8Kernel]) -> Int8Kernel:
                     jnp.concatenate([k.scale for k in kernels], axis=0))
 
 
-def take_rows(kernel: Int8Kernel, ids: Array) -> Int8Kernel:
-  """The output channels `ids` [size] of a kernel (an id out of range: a zero channel), as
-  `logits.shortlist_kernel` takes a shortlist's rows of float32 weights."""
-  return Int8Kernel(jnp.take(kernel.values, ids, axis=0, mode="fill", fill_value=0),
-                    jnp.take(kernel.scale, ids, axis=0, mode="fill", fill_value=1.0))
-
-
 def quantize_rows(x: Array) -> tuple[Array, Array]:
   """x [..., in] float -> values [..., in] int8 and scale [..., 1] float32, one per row."""
   x = x.astype(jnp.float32)
@@ -116,17 +111,24 @@ def int8_dense(x: Array, kernels: Int8Kernel | Sequence[Int8Kernel]) -> Array:
   return int8_product(x, kernels)
 
 
-def project_logits(hidden: Array, kernel: Int8Kernel, layout: str = "row_major",
-                   shortlist: Optional[Array] = None) -> logits_lib.Logits:
+def project_logits(hidden: Array, kernel: Int8Kernel, layout: str = "row_major") -> logits_lib.Logits:
   """`logits.project_logits` with int8 pre-softmax weights [vocab, d_model]."""
   if layout not in logits_lib.LAYOUTS:
     raise ValueError(f"logits layout {layout!r} is not one of {logits_lib.LAYOUTS}")
-  if shortlist is not None:
-    return logits_lib.listed_logits(project_logits(hidden, take_rows(kernel, shortlist), layout),
-                                    shortlist)
   if layout == "vocab_major":
     return logits_lib.VocabMajor(vocab_major_int8_product(hidden, kernel))
   return int8_product(hidden, kernel)
+
+
+def output_kernel(params: Any, kernel: Array) -> Int8Kernel:
+  """The int8 copy of the pre-softmax weights an int8 model's params hold beside the float32
+  embeddings the lookups read ("output_projection", made by model/quantized.py)."""
+  del kernel
+  return params["output_projection"]
+
+
+# The search's output projection of an int8 model.
+OUTPUT = logits_lib.OutputLayer(project=project_logits, kernel=output_kernel)
 
 
 class Int8Dense(nn.Module):
@@ -152,3 +154,21 @@ class Int8Dense(nn.Module):
     if self.use_bias:
       y = y + self.param("bias", nn.initializers.zeros, features, jnp.float32).reshape(n_out)
     return y.reshape(*batch, *features)
+
+
+def dense(features: Union[int, tuple[int, ...]], *, axis: Union[int, tuple[int, ...]] = -1,
+          use_bias: bool = True, dtype: Any = None, kernel_init: Any = None,
+          name: Optional[str] = None) -> Int8Dense:
+  """The int8 model's `dense` plug-in (`model.layers.dense`'s arguments): an `Int8Dense`
+  over the input axes `axis`; its products are int8 and its outputs float32, whatever
+  `dtype`; `kernel_init` is unused (the parameters come from a float32 model's)."""
+  del dtype, kernel_init
+  return Int8Dense(features, inputs=1 if axis == -1 else len(axis), use_bias=use_bias,
+                   name=name)
+
+
+def fused_dense(x: Array, params: list[dict[str, Any]], dtype: Any) -> Array:
+  """The int8 model's `fused_dense` plug-in: x by the `Int8Dense` layers' kernels as one int8
+  product (`int8_dense`), float32."""
+  del dtype
+  return int8_dense(x, [p["kernel"] for p in params])

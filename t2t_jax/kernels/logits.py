@@ -7,11 +7,13 @@ y . E^T [..., vocab], and `vocab_major_projection`, E . y^T [vocab, rows]. On
 XLA CPU the second runs faster for a beam's few rows, as long as nothing
 transposes its result (docs/benchmarks.md): one model's searches ask for it
 (`choice.logits_layout`) and read it in place (`decoding.beam_search.best_tokens`).
-`row_major` reads either back as [rows, vocab]. The model calls `project_logits`,
-which runs the one asked for.
+`row_major` reads either back as [rows, vocab]. A search projects the model's features
+(`model.transformer.decode_features`) with an `OutputLayer`: `project_logits` over the
+model's pre-softmax kernel, or a quantized model's products over its own copy of it
+(kernels/choice.py picks it).
 
 A lexical shortlist (data/shortlist.py) projects onto a batch's listed rows of
-the weights only (`shortlist_kernel`): logits [size, rows] (or [rows, size]) for the
+the weights only (`listed_rows`): logits [size, rows] (or [rows, size]) for the
 vocabulary ids `ids` [size], ascending, with `FILLER` (-1) rows after them padding
 the size to a bucket, which score -inf so that they add nothing to a normaliser
 (`listed_logits`). A search reads them as a vocabulary of `size` entries, its tokens
@@ -23,8 +25,8 @@ vocabulary that is most of a step's search (docs/benchmarks.md, "Decoding"). In
 with the best maxima (each of them is at most its block's maximum, which then ranks
 among the n best too; on ties the lower block, whose elements have lower indices,
 comes first as the lower index does), so only those blocks' elements, kept in index
-order, go through the exact top-k. The searches call `choice.top_k` and
-`choice.best_columns` (the vocabulary-major logits' best log-probabilities, read in
+order, go through the exact top-k. The searches call `chosen_top_k` and
+`chosen_best_columns` (the vocabulary-major logits' best log-probabilities, read in
 place: `blocked_best_columns`), which choose by the platform the program is compiled
 for: on a TPU the reference, elsewhere the blocked one.
 
@@ -38,14 +40,16 @@ behind. At a 37000-word vocabulary those arrays are a large share of a step.
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import math
-from typing import Optional
+from typing import Any, Callable, Optional
 
 import flax.struct
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax import lax
 
 from t2t_jax.ids import FILLER, PAD_ID
 
@@ -77,9 +81,11 @@ def vocab_major_projection(hidden: Array, kernel: Array) -> VocabMajor:
   return VocabMajor(jnp.einsum("vd,rd->vr", kernel, hidden, preferred_element_type=jnp.float32))
 
 
-def shortlist_kernel(kernel: Array, ids: Array) -> Array:
-  """The pre-softmax weights' rows [size, d_model] of the shortlist `ids` [size] (FILLER: zeros)."""
-  return jnp.take(kernel, ids, axis=0, mode="fill", fill_value=0)
+def listed_rows(kernel: Any, ids: Array) -> Any:
+  """The pre-softmax weights' rows [size, ...] of the shortlist `ids` [size] (FILLER: zeros),
+  of every array of `kernel` (an array [vocab, d_model], or a product's form of it whose
+  arrays all have the vocabulary first, as an int8 kernel's values and scales)."""
+  return jax.tree.map(lambda w: jnp.take(w, ids, axis=0, mode="fill", fill_value=0), kernel)
 
 
 def listed_logits(logits: Logits, ids: Array) -> Logits:
@@ -105,23 +111,35 @@ def add_bias(logits: Logits, bias: Array, ids: Optional[Array] = None) -> Logits
   return logits.replace(logits=logits.logits + bias[:, None])
 
 
-def project_logits(hidden: Array, kernel: Array, layout: str = "row_major",
-                   shortlist: Optional[Array] = None) -> Logits:
+def project_logits(hidden: Array, kernel: Array, layout: str = "row_major") -> Logits:
   """The output projection of hidden [..., d_model] by the pre-softmax weights [vocab, d_model].
 
   "row_major": logits [..., vocab] (`projection`); "vocab_major" (hidden [rows, d_model]
   only): `VocabMajor` [vocab, rows]. Operands in hidden's dtype, logits float32.
-  `shortlist` [size]: only those rows of the weights are multiplied (`shortlist_kernel`),
-  logits [..., size] or [size, rows] (`listed_logits`).
   """
   if layout not in LAYOUTS:
     raise ValueError(f"logits layout {layout!r} is not one of {LAYOUTS}")
-  if shortlist is not None:
-    return listed_logits(project_logits(hidden, shortlist_kernel(kernel, shortlist), layout),
-                         shortlist)
   if layout == "vocab_major":
     return vocab_major_projection(hidden, kernel)
   return projection(hidden, kernel)
+
+
+def _model_kernel(params: Any, kernel: Array) -> Array:
+  del params
+  return kernel
+
+
+@dataclasses.dataclass(frozen=True)
+class OutputLayer:
+  """How a search projects the decoder's features onto the vocabulary.
+
+  `kernel(params, model_kernel)`: the weights `project` reads, from the model's params and
+  its pre-softmax kernel [vocab, d_model] (`transformer.output_weights`): that kernel, or a
+  product's form of it kept in the params. `project(hidden [rows, d_model], kernel, layout)
+  -> Logits` (`project_logits`'s contract). The bias, if any, is added after (`add_bias`).
+  """
+  project: Callable[[Array, Any, str], Logits] = project_logits
+  kernel: Callable[[Any, Array], Any] = _model_kernel
 
 
 # ------------------------------------------------------------------------------ top-k
@@ -202,6 +220,27 @@ def _finish(candidates: Array, chosen: Array, block: int) -> tuple[Array, Array]
   values, at = jax.lax.top_k(candidates.reshape(*lead, n * block), n)
   index = jnp.take_along_axis(chosen, at // block, axis=-1) * block + at % block
   return values, index
+
+
+# ------------------------------------------------------- top-k, chosen by the platform
+# Chosen inside the program by the platform it is compiled for (`lax.platform_dependent`),
+# so a program built here for a TPU gets the TPU's choice: `jax.lax.top_k` itself, which
+# XLA's TPU cost model predicts faster than the blocked one over 256 x 37000
+# (docs/benchmarks.md, "compiler predictions"); elsewhere the blocked ones.
+
+
+def chosen_top_k(x: Array, n: int) -> tuple[Array, Array]:
+  """`jax.lax.top_k(x, n)`: itself on a TPU, `blocked_top_k` elsewhere."""
+  return lax.platform_dependent(x, tpu=lambda x: tuple(jax.lax.top_k(x, n)),
+                                default=lambda x: blocked_top_k(x, n))
+
+
+def chosen_best_columns(x: Array, n: int, skip: int) -> tuple[Array, Array]:
+  """`best_columns(x, n, skip)` for logits x [size, columns] (each column's n best
+  log-probabilities, row `skip` left out of the picking): itself on a TPU,
+  `blocked_best_columns` elsewhere."""
+  return lax.platform_dependent(x, tpu=lambda x: best_columns(x, n, skip),
+                                default=lambda x: blocked_best_columns(x, n, skip))
 
 
 # ------------------------------------------------------- the output layer and the loss

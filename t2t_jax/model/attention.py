@@ -10,10 +10,11 @@ Reading order: the masks (`causal_mask`, `padding_mask`, `local_mask`, `mask_to_
 `scaled_dot_product_attention` (3.2.1, the reference every kernel is tested against),
 `MultiHeadAttention` (3.2.2: the projections and every use of them), then one decoder
 position's attention over the write-once caches (`record_position`, `self_attention`,
-`cross_attention`). Faster kernels computing the same output are swap-ins from
-kernels/fused_attention.py, picked in one place (`kernels.choice.attention_kernel`: by the
-config's `attention_impl`, the platform and what the layer needs); the reference runs
-wherever the probabilities are wanted (attention maps).
+`cross_attention`). `MultiHeadAttention` runs `dot_product_attention` unless another
+function of its signature is handed in (`attention_fn`, as Flax's
+`nn.MultiHeadDotProductAttention` takes one): the fused kernels plug in so
+(kernels/choice.py picks them, model/plugins.py says how), and so do its projections'
+layers (`dense`, `fused_dense`).
 
 The write-once caches. A search decodes r rows per sentence (beams, samples) and after
 each step reorders them: a row's next hypothesis may extend another row's. The obvious
@@ -50,10 +51,7 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from t2t_jax import errors
 from t2t_jax.ids import NEG_INF, PAD_ID
-from t2t_jax.kernels import choice
-from t2t_jax.kernels import fused_attention
 from t2t_jax.model import decode_cache
 from t2t_jax.model import layers
 
@@ -168,34 +166,24 @@ def scaled_dot_product_attention(
   return out, probs
 
 
-def attention(q: Array, k: Array, v: Array, mask: Union[Mask, Array, None], *,
-              implementation: str = "fused", dtype: Any = None, dropout_rate: float = 0.0,
-              dropout_rng: Optional[Array] = None,
-              probabilities: bool = False) -> tuple[Array, Optional[Array]]:
-  """`scaled_dot_product_attention`, or the faster kernel `choice.attention_kernel` picks.
+def dot_product_attention(q: Array, k: Array, v: Array, mask: Union[Mask, Array, None], *,
+                          dtype: Any = None, dropout_rate: float = 0.0,
+                          dropout_rng: Optional[Array] = None,
+                          probabilities: bool = True) -> tuple[Array, Optional[Array]]:
+  """`scaled_dot_product_attention` for a `Mask` or an additive bias (or None): the reference
+  `attention_fn` of `MultiHeadAttention`.
 
-  `mask`: a `Mask`, or an additive bias (or None) for the reference. `implementation`:
-  the config's `attention_impl`. Returns the output [batch, q_length, heads, d_v] and
-  the probabilities (None from a fused kernel, whose padded query rows are zeros).
+  An `attention_fn` takes these arguments and returns the output [batch, q_length, heads,
+  d_v] and the probabilities [batch, heads, q_length, kv_length] float32, or None where it
+  keeps none (a fused kernel); `probabilities` says they are wanted (attention maps). This
+  one always keeps them.
   """
+  del probabilities  # the reference always returns them
+  bias = mask_to_bias(mask.dense()) if isinstance(mask, Mask) else mask
   dropout = dropout_rng is not None and dropout_rate > 0.0
-  structured = isinstance(mask, Mask)
-  kernel = choice.attention_kernel(
-      implementation, dense=not structured, window=mask.window if structured else None,
-      d_k=k.shape[-1], d_v=v.shape[-1], dtype=dtype or q.dtype, dropout=dropout,
-      probabilities=probabilities)
-  if kernel == "reference":
-    bias = mask_to_bias(mask.dense()) if structured else mask
-    return scaled_dot_product_attention(q, k, v, bias, dropout_rng=dropout_rng,
-                                        dropout_rate=dropout_rate, deterministic=not dropout,
-                                        dtype=dtype)
-  if kernel in ("core", "core_recompute"):  # any backend builds these
-    return fused_attention.fused_attention(q, k, v, mask, dtype, kernel), None
-  try:
-    return fused_attention.fused_attention(q, k, v, mask, dtype, kernel), None
-  except (NotImplementedError, RuntimeError, ValueError) as e:  # cuDNN checks while tracing
-    raise ValueError(f"{kernel} attention cannot be built ({errors.one_line(e)}); use "
-                     "--config.attention_impl=core") from e
+  return scaled_dot_product_attention(q, k, v, bias, dropout_rng=dropout_rng,
+                                      dropout_rate=dropout_rate, deterministic=not dropout,
+                                      dtype=dtype)
 
 
 # ------------------------------------------------------------------ multi-head attention
@@ -212,12 +200,11 @@ class MultiHeadAttention(nn.Module):
   decoding methods (`init_self_cache`, `step_self`, `cross_cache`, `step_cross`) and
   `weights`, `biases` (the projections as matrices and vectors, for export).
 
-  An attention that cannot be built is an error naming the layer. `int8`: the
-  projections run as int8 products (decoding a `quantization="int8"` model only;
-  kernels/int8.py, imported only then). `bfloat16`: the projections' products run in
-  `dtype` and return float32 (`layers.float32_products`: decoding a
-  `quantization="bfloat16"` model, whose activations are float32); the attention itself,
-  over float32 caches, runs in float32 (`attention_dtype`).
+  What plugs in (model/plugins.py): `attention_fn`, the attention of queries, keys and
+  values (default `dot_product_attention`); `dense`, the factory of the four projections'
+  layers (default `layers.dense`); `fused_dense`, decoding's query, key and value
+  projections as one product over the parameters `dense` made (default
+  `layers.fused_dense`). An attention that cannot be built is an error naming the layer.
   """
   num_heads: int
   d_k: int
@@ -226,20 +213,15 @@ class MultiHeadAttention(nn.Module):
   dropout_rate: float = 0.0          # on the attention probabilities
   dtype: Any = jnp.float32
   kernel_init: Callable = layers.default_kernel_init
-  implementation: str = "fused"      # configs.TransformerConfig.attention_impl
-  int8: bool = False
   use_bias: bool = False             # configs.TransformerConfig.attention_bias
-  bfloat16: bool = False
+  attention_fn: Callable[..., tuple[Array, Optional[Array]]] = dot_product_attention
+  dense: Callable[..., nn.Module] = layers.dense
+  fused_dense: Callable[[Array, list, Any], Array] = layers.fused_dense
 
   def setup(self):
-    dense = lambda features, axis=-1: nn.DenseGeneral(
-        features, axis=axis, use_bias=self.use_bias, dtype=self.dtype, param_dtype=jnp.float32,
-        kernel_init=self.kernel_init,
-        dot_general=layers.float32_products if self.bfloat16 else None)
-    if self.int8:
-      from t2t_jax.kernels import int8  # pylint: disable=import-outside-toplevel
-      dense = lambda features, axis=-1: int8.Int8Dense(
-          features, inputs=1 if axis == -1 else len(axis), use_bias=self.use_bias)
+    dense = lambda features, axis=-1: self.dense(
+        features, axis=axis, use_bias=self.use_bias, dtype=self.dtype,
+        kernel_init=self.kernel_init)
     self.query = dense((self.num_heads, self.d_k))                    # [d_model, heads, d_k]
     self.key = dense((self.num_heads, self.d_k))
     self.value = dense((self.num_heads, self.d_v))
@@ -267,9 +249,8 @@ class MultiHeadAttention(nn.Module):
     k, v = kv
     dropout = not deterministic and self.dropout_rate > 0.0
     try:
-      out, probs = attention(                                          # [batch, q, heads, d_v]
-          q, k, v, bias, implementation=self.implementation, dtype=self.attention_dtype,
-          dropout_rate=self.dropout_rate,
+      out, probs = self.attention_fn(                                  # [batch, q, heads, d_v]
+          q, k, v, bias, dtype=self.dtype, dropout_rate=self.dropout_rate,
           dropout_rng=self.make_rng("dropout") if dropout else None,
           probabilities=self.is_mutable_collection("intermediates"))
     except ValueError as e:
@@ -305,38 +286,24 @@ class MultiHeadAttention(nn.Module):
 
   # ---------------------------------------------------------------- one position at a time
 
-  @property
-  def attention_dtype(self) -> Any:
-    """The dtype the attention's own products (queries by keys, probabilities by values) and
-    the decoding caches run in: `dtype`, or float32 beside bfloat16 projections (`bfloat16`:
-    on XLA CPU these small batched products run faster in float32, docs/model.md)."""
-    return jnp.float32 if self.bfloat16 else self.dtype
-
   def init_self_cache(self, batch: int, length: int) -> dict[str, decode_cache.Unordered]:
     """Zero self-attention keys [batch, heads, d_k, length] and values [batch, heads, length, d_v].
 
     Both `Unordered`: the write-once caches (module docstring).
     """
-    zeros = lambda *shape: jnp.zeros((batch, self.num_heads) + shape, self.attention_dtype)
+    zeros = lambda *shape: jnp.zeros((batch, self.num_heads) + shape, self.dtype)
     return {"key": decode_cache.Unordered(zeros(self.d_k, length), axis=3),
             "value": decode_cache.Unordered(zeros(length, self.d_v), axis=2)}
 
   def _qkv(self, y: Array) -> Array:
     """Queries, keys and values of y [rows, 1, d_model] side by side [rows, 1, (2 d_k + d_v) h].
 
-    One [d_model, 2 d_k + d_v] product costs less than three; XLA hoists the
-    concatenation out of the decoding loop.
+    One [d_model, 2 d_k + d_v] product (`fused_dense`) costs less than three; XLA hoists
+    the concatenation of the kernels out of the decoding loop.
     """
     names = ("query", "key", "value")
     params = self.variables["params"]
-    if self.int8:
-      from t2t_jax.kernels import int8  # pylint: disable=import-outside-toplevel
-      qkv = int8.int8_dense(y, [params[name]["kernel"] for name in names])
-    else:
-      w = self.weights(params)
-      kernel = jnp.concatenate([w[name] for name in names], axis=1)
-      qkv = jnp.dot(y.astype(self.dtype), kernel.astype(self.dtype),
-                    preferred_element_type=choice.bfloat16_results() if self.bfloat16 else None)
+    qkv = self.fused_dense(y, [params[name] for name in names], self.dtype)
     if self.use_bias:
       b = self.biases(params)
       qkv = qkv + jnp.concatenate([b[name] for name in names]).astype(qkv.dtype)
@@ -360,15 +327,14 @@ class MultiHeadAttention(nn.Module):
                                     (0, 0, 0, position))               # [rows, heads, d_k, length]
     values = lax.dynamic_update_slice(values, v.transpose(0, 2, 1, 3).astype(values.dtype),
                                       (0, 0, position, 0))             # [rows, heads, length, d_v]
-    dtype = self.attention_dtype
-    out = self_attention(scaled_queries(q, dtype), keys, values, holds, bias, dtype)
+    out = self_attention(scaled_queries(q, self.dtype), keys, values, holds, bias, self.dtype)
     return self.out(out), {"key": cache["key"].replace(value=keys),
                            "value": cache["value"].replace(value=values)}
 
   def cross_cache(self, inputs_kv: Array) -> dict[str, Array]:
     """Keys [batch, heads, kv_length, d_k] and values [.., d_v] of `inputs_kv`, for `step_cross`."""
     # [batch, heads, length, d]
-    by_head = lambda x: x.transpose(0, 2, 1, 3).astype(self.attention_dtype)
+    by_head = lambda x: x.transpose(0, 2, 1, 3).astype(self.dtype)
     k, v = self.project_kv(inputs_kv)
     return {"key": by_head(k), "value": by_head(v)}
 
@@ -377,8 +343,8 @@ class MultiHeadAttention(nn.Module):
 
     Each sentence's r = rows // batch rows share its keys/values; bias [batch, 1, 1, kv_length].
     """
-    q = scaled_queries(self.query(y), self.attention_dtype)            # [rows, heads, d_k]
-    return self.out(cross_attention(q, cache["key"], cache["value"], bias, self.attention_dtype))
+    q = scaled_queries(self.query(y), self.dtype)                      # [rows, heads, d_k]
+    return self.out(cross_attention(q, cache["key"], cache["value"], bias, self.dtype))
 
 
 # ------------------------------------------------- one decoder position, the caches

@@ -3,7 +3,8 @@
 Every sub-layer is `LayerNorm(x + Dropout(Sublayer(x)))`. `DecoderLayer.__call__`
 (a whole target) and `DecoderLayer.step` (one position against the caches) run
 the same `_block` with the attentions as arguments; model/transformer.py
-embeds the tokens and projects the logits around these stacks.
+embeds the tokens and projects the logits around these stacks. Each layer builds its
+attentions, feed-forward and dropout with what its `plugins` hand in (model/plugins.py).
 """
 
 from __future__ import annotations
@@ -17,20 +18,15 @@ import jax.numpy as jnp
 from t2t_jax.configs import ModelConfig
 from t2t_jax.model import attention as attention_lib
 from t2t_jax.model import layers
+from t2t_jax.model import plugins as plugins_lib
 
 Array = jax.Array
 Cache = dict[str, Any]
 
 
 def compute_dtype(cfg: ModelConfig) -> Any:
-  """The dtype of activations (parameters stay float32; a `quantization` model's are float32)."""
+  """The dtype of activations and products (parameters stay float32)."""
   return jnp.dtype(cfg.dtype)
-
-
-def product_dtype(cfg: ModelConfig) -> Any:
-  """The dtype of the products' operands: the compute dtype, or a `quantization="bfloat16"`
-  model's bfloat16 (its weights cast once at load: model/quantized.py)."""
-  return jnp.dtype(jnp.bfloat16) if cfg.quantization == "bfloat16" else compute_dtype(cfg)
 
 
 def _layer_norm(cfg: ModelConfig) -> nn.LayerNorm:
@@ -39,23 +35,22 @@ def _layer_norm(cfg: ModelConfig) -> nn.LayerNorm:
                       param_dtype=jnp.float32)
 
 
-def _attention(cfg: ModelConfig) -> attention_lib.MultiHeadAttention:
+def _attention(cfg: ModelConfig, plugins: plugins_lib.Plugins) -> attention_lib.MultiHeadAttention:
   return attention_lib.MultiHeadAttention(
       num_heads=cfg.num_heads, d_k=cfg.key_depth, d_v=cfg.value_depth, d_model=cfg.d_model,
-      dropout_rate=cfg.attention_dropout_rate, dtype=product_dtype(cfg),
-      implementation=cfg.attention_impl, int8=cfg.quantization == "int8",
-      use_bias=cfg.attention_bias, bfloat16=cfg.quantization == "bfloat16")
+      dropout_rate=cfg.attention_dropout_rate, dtype=compute_dtype(cfg),
+      use_bias=cfg.attention_bias, attention_fn=plugins.attention_fn, dense=plugins.dense,
+      fused_dense=plugins.fused_dense)
 
 
-def _feed_forward(cfg: ModelConfig) -> layers.FeedForward:
-  return layers.FeedForward(cfg.d_model, cfg.d_ff, dtype=product_dtype(cfg),
-                            int8=cfg.quantization == "int8", activation=cfg.activation,
-                            bfloat16=cfg.quantization == "bfloat16")
+def _feed_forward(cfg: ModelConfig, plugins: plugins_lib.Plugins) -> layers.FeedForward:
+  return layers.FeedForward(cfg.d_model, cfg.d_ff, dtype=compute_dtype(cfg),
+                            activation=cfg.activation, dense=plugins.dense)
 
 
-def dropout(cfg: ModelConfig) -> layers.Dropout:
+def dropout(cfg: ModelConfig, plugins: plugins_lib.Plugins) -> layers.Dropout:
   """The dropout every sub-layer output and the embeddings get."""
-  return layers.Dropout(cfg.dropout_rate, generator=cfg.dropout_generator)
+  return layers.Dropout(cfg.dropout_rate, dropout_fn=plugins.dropout_fn)
 
 
 def _add_norm(x: Array, y: Array, norm: nn.LayerNorm, dropout: layers.Dropout,
@@ -67,14 +62,15 @@ def _add_norm(x: Array, y: Array, norm: nn.LayerNorm, dropout: layers.Dropout,
 class EncoderLayer(nn.Module):
   """Self-attention, then feed-forward; each wrapped as LayerNorm(x + Dropout(f(x)))."""
   config: ModelConfig
+  plugins: plugins_lib.Plugins = plugins_lib.Plugins()
 
   def setup(self):
-    cfg = self.config
-    self.self_attention = _attention(cfg)
-    self.ffn = _feed_forward(cfg)
+    cfg, plugins = self.config, self.plugins
+    self.self_attention = _attention(cfg, plugins)
+    self.ffn = _feed_forward(cfg, plugins)
     self.norm_attention = _layer_norm(cfg)
     self.norm_ffn = _layer_norm(cfg)
-    self.dropout = dropout(cfg)
+    self.dropout = dropout(cfg, plugins)
 
   def __call__(self, x: Array, bias: attention_lib.Mask, deterministic: bool) -> Array:
     """[batch, src_len, d_model] -> same; `bias`: the source self-attention mask."""
@@ -86,16 +82,17 @@ class EncoderLayer(nn.Module):
 class DecoderLayer(nn.Module):
   """Masked self-attention, encoder-decoder attention, feed-forward (all post-norm)."""
   config: ModelConfig
+  plugins: plugins_lib.Plugins = plugins_lib.Plugins()
 
   def setup(self):
-    cfg = self.config
-    self.self_attention = _attention(cfg)
-    self.cross_attention = _attention(cfg)
-    self.ffn = _feed_forward(cfg)
+    cfg, plugins = self.config, self.plugins
+    self.self_attention = _attention(cfg, plugins)
+    self.cross_attention = _attention(cfg, plugins)
+    self.ffn = _feed_forward(cfg, plugins)
     self.norm_self = _layer_norm(cfg)
     self.norm_cross = _layer_norm(cfg)
     self.norm_ffn = _layer_norm(cfg)
-    self.dropout = dropout(cfg)
+    self.dropout = dropout(cfg, plugins)
 
   def _block(self, y: Array, self_attend: Callable[[Array], tuple[Array, Any]],
              cross_attend: Callable[[Array], Array], deterministic: bool) -> tuple[Array, Any]:
@@ -136,9 +133,10 @@ class DecoderLayer(nn.Module):
 class Encoder(nn.Module):
   """N encoder layers over embedded sources."""
   config: ModelConfig
+  plugins: plugins_lib.Plugins = plugins_lib.Plugins()
 
   def setup(self):
-    self.layers = [EncoderLayer(self.config) for _ in range(self.config.num_layers)]
+    self.layers = [EncoderLayer(self.config, self.plugins) for _ in range(self.config.num_layers)]
 
   def __call__(self, x: Array, bias: attention_lib.Mask, deterministic: bool) -> Array:
     for layer in self.layers:
@@ -149,9 +147,10 @@ class Encoder(nn.Module):
 class Decoder(nn.Module):
   """N decoder layers; `step` runs them for one position against per-layer caches."""
   config: ModelConfig
+  plugins: plugins_lib.Plugins = plugins_lib.Plugins()
 
   def setup(self):
-    self.layers = [DecoderLayer(self.config) for _ in range(self.config.num_layers)]
+    self.layers = [DecoderLayer(self.config, self.plugins) for _ in range(self.config.num_layers)]
 
   def __call__(self, y: Array, encoded: Array, self_bias: attention_lib.Mask,
                cross_bias: attention_lib.Mask, deterministic: bool) -> Array:

@@ -7,9 +7,10 @@ Shapes, named the same way everywhere:
   per head     [batch, length, heads, depth]
   attention    [batch, heads, q_length, kv_length]; masks and biases broadcast to it
 
-Attention and its masks are model/attention.py's. Dropout's masks come from
-`jax.random.bernoulli` (the reference) or a hash of the element's index
-(kernels/dropout.py), as the config's `dropout_generator` says.
+Attention and its masks are model/attention.py's. Each form here is the paper's reference;
+a faster or other form of a job plugs in from outside through model/plugins.py (the
+dropout function, the projections' layer), so these modules import nothing of the package
+but its conventions.
 """
 
 from __future__ import annotations
@@ -22,10 +23,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
-from t2t_jax.configs import DROPOUT_GENERATORS, POSITION_LAYOUTS
+from t2t_jax.configs import POSITION_LAYOUTS
 from t2t_jax.ids import PAD_ID
-from t2t_jax.kernels import choice
-from t2t_jax.kernels import dropout as dropout_lib
 
 Array = jax.Array
 
@@ -81,27 +80,22 @@ def sinusoidal_positions(length: int, d_model: int, layout: str = "interleaved")
 # --------------------------------------------------------------------------- dropout
 
 
-def dropout(x: Array, key: Array, rate: float, generator: str = "hash") -> Array:
+def dropout(x: Array, key: Array, rate: float) -> Array:
   """Inverted dropout of `x` at `rate` (section 5.4): each element kept with probability
-  1 - rate and scaled by 1 / (1 - rate), the rest 0; masks from `key` (typed or raw).
+  1 - rate and scaled by 1 / (1 - rate), the rest 0; the mask drawn from `key` (typed or
+  raw) with `jax.random.bernoulli`, as Flax's `nn.Dropout` draws it.
 
-  `generator` is the config's `dropout_generator`: "threefry", the reference, draws
-  the mask with `jax.random.bernoulli`; "hash" (the default) is `dropout.hash_dropout`,
-  the same law from a hash of the element's index, which XLA fuses and the backward
-  pass recomputes (kernels/dropout.py says why).
+  The reference `Dropout` runs by default; a function of the same signature plugs in for it
+  (`plugins.Plugins.dropout_fn`).
   """
   if not 0.0 <= rate <= 1.0:
     raise ValueError(f"dropout rate must be in [0, 1], got {rate}")
-  if generator not in DROPOUT_GENERATORS:
-    raise ValueError(f"dropout generator must be one of {DROPOUT_GENERATORS}, got {generator!r}")
   if rate == 0.0:
     return x
   if rate == 1.0:
     return jnp.zeros_like(x)
-  if generator == "threefry":
-    keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
-    return dropout_lib.apply_mask(keep, x, rate)
-  return dropout_lib.hash_dropout(x, dropout_lib.seeds(key), rate)
+  keep = jax.random.bernoulli(key, 1.0 - rate, x.shape)
+  return jnp.where(keep, x / (1.0 - rate), 0).astype(x.dtype)
 
 
 # --------------------------------------------------------------------------- modules
@@ -116,46 +110,60 @@ ACTIVATIONS: dict[str, Callable[[Array], Array]] = {
     "relu": nn.relu, "swish": nn.swish, "gelu": functools.partial(nn.gelu, approximate=False)}
 
 
-def float32_products(*args: Any, **kwargs: Any) -> Array:
-  """`lax.dot_general` accumulating in and returning float32 (`choice.bfloat16_results`),
-  whatever its operands: the products of a `quantization="bfloat16"` model."""
-  return lax.dot_general(*args, preferred_element_type=choice.bfloat16_results(), **kwargs)
+def dense(features: int | tuple[int, ...], *, axis: int | tuple[int, ...] = -1,
+          use_bias: bool = True, dtype: Any = jnp.float32,
+          kernel_init: Callable = default_kernel_init, name: str | None = None) -> nn.Module:
+  """The layer of every projection: `nn.Dense` (x W + b over the last axis) or, for several
+  output or input axes, `nn.DenseGeneral`; parameters float32, products in `dtype`.
+
+  The reference factory of `plugins.Plugins.dense`: a factory taking the same arguments (a
+  layer of other products, or of other parameters) plugs in for it.
+  """
+  if isinstance(features, int) and axis == -1:
+    return nn.Dense(features, use_bias=use_bias, dtype=dtype, param_dtype=jnp.float32,
+                    kernel_init=kernel_init, name=name)
+  return nn.DenseGeneral(features, axis=axis, use_bias=use_bias, dtype=dtype,
+                         param_dtype=jnp.float32, kernel_init=kernel_init, name=name)
+
+
+def fused_dense(x: Array, params: list[dict[str, Any]], dtype: Any) -> Array:
+  """x [..., d_model] by several `dense` layers' kernels at once -> their outputs side by side
+  [..., sum of their widths], without biases (one product costs less than several).
+
+  `params`: each layer's parameters ({"kernel": [d_model, *features]}). The reference of
+  `plugins.Plugins.fused_dense`, which reads the parameters that `Plugins.dense` makes.
+  """
+  kernel = jnp.concatenate([p["kernel"].reshape(p["kernel"].shape[0], -1) for p in params],
+                           axis=1)                                     # [d_model, sum]
+  return jnp.dot(x.astype(dtype), kernel.astype(dtype))
 
 
 class FeedForward(nn.Module):
   """FFN(x) = max(0, x W1 + b1) W2 + b2 (section 3.3), or another `activation` in place of
-  max(0, .) (`ACTIVATIONS`); `int8`: int8 products (decoding a `quantization="int8"` model;
-  kernels/int8.py, imported only then); `bfloat16`: products in `dtype` returning float32
-  (`float32_products`: decoding a `quantization="bfloat16"` model)."""
+  max(0, .) (`ACTIVATIONS`); both projections made by `dense` (`plugins.Plugins.dense`)."""
   d_model: int
   d_ff: int
   dtype: Any = jnp.float32
   kernel_init: Callable = default_kernel_init
-  int8: bool = False
   activation: str = "relu"
-  bfloat16: bool = False
+  dense: Callable[..., nn.Module] = dense
 
   @nn.compact
   def __call__(self, x: Array) -> Array:
-    if self.int8:
-      from t2t_jax.kernels import int8  # pylint: disable=import-outside-toplevel
-      dense = lambda n, name: int8.Int8Dense(n, name=name)
-    else:
-      dense = lambda n, name: nn.Dense(
-          n, dtype=self.dtype, param_dtype=jnp.float32, kernel_init=self.kernel_init, name=name,
-          dot_general=float32_products if self.bfloat16 else None)
-    return dense(self.d_model, "wo")(ACTIVATIONS[self.activation](dense(self.d_ff, "wi")(x)))
+    layer = lambda n, name: self.dense(n, dtype=self.dtype, kernel_init=self.kernel_init,
+                                       name=name)
+    return layer(self.d_model, "wo")(ACTIVATIONS[self.activation](layer(self.d_ff, "wi")(x)))
 
 
 class Dropout(nn.Module):
-  """`dropout` at `rate`, its masks drawn by `generator` (the config's `dropout_generator`)
-  with a key from the "dropout" rngs."""
+  """`dropout_fn(x, key, rate)` (default: the reference `dropout`) with a key from the
+  "dropout" rngs; the identity when `deterministic` or at rate 0."""
   rate: float
-  generator: str = "hash"
+  dropout_fn: Callable[[Array, Array, float], Array] = dropout
   rng_collection: str = "dropout"
 
   @nn.compact
   def __call__(self, x: Array, deterministic: bool) -> Array:
     if deterministic or self.rate == 0.0:
       return x
-    return dropout(x, self.make_rng(self.rng_collection), self.rate, self.generator)
+    return self.dropout_fn(x, self.make_rng(self.rng_collection), self.rate)

@@ -1,18 +1,18 @@
 """A decoding model's parameters from a float32 model's, made once when a model is loaded.
 
-A config with `quantization="int8"` builds the same Transformer with every Dense
-product (attention projections, feed-forward) a `kernels.int8.Int8Dense` and the output
-projection an int8 copy of the pre-softmax weights (`Transformer.output_projection`);
-embeddings, LayerNorm, biases and the attention itself stay float32 and so do the
-softmax and the search (kernels/int8.py says how the products run). `quantize_params`
-turns a trained model's float32 params into that model's: each kernel [*in, *out]
-flattened to [in, out], transposed and quantised per output channel
-(`kernels.int8.quantize`).
+A config with `quantization="int8"` runs the same Transformer with int8 plug-ins
+(kernels/int8.py, handed in by kernels/choice.py): every Dense product (attention
+projections, feed-forward) a `kernels.int8.Int8Dense` and the search's output projection
+over an int8 copy of the pre-softmax weights ("output_projection", beside the float32
+embeddings the lookups read); embeddings, LayerNorm, biases and the attention itself stay
+float32 and so do the softmax and the search. `quantize_params` turns a trained model's
+float32 params into that model's: each kernel [*in, *out] flattened to [in, out],
+transposed and quantised per output channel (`kernels.int8.quantize`).
 
-A config with `quantization="bfloat16"` builds the same Transformer, its products'
-operands in bfloat16 accumulating in float32 (`layers.float32_products`) and everything
-else float32; `quantize_params` casts its Dense kernels and embedding tables to bfloat16
-once (`BFLOAT16`), so that no program casts them at every step.
+A config with `quantization="bfloat16"` runs the same Transformer with bfloat16 plug-ins
+(kernels/bfloat16.py): its products' operands in bfloat16 accumulating in float32 and
+everything else float32; `quantize_params` casts its Dense kernels and embedding tables to
+bfloat16 once (`BFLOAT16`), so that no program casts them at every step.
 """
 
 from __future__ import annotations
@@ -25,6 +25,7 @@ import jax
 import jax.numpy as jnp
 
 from t2t_jax.configs import ModelConfig
+from t2t_jax.kernels import choice
 from t2t_jax.kernels import int8
 from t2t_jax.model import transformer
 
@@ -32,7 +33,7 @@ Params = Any
 
 
 def _output_embedding(cfg: ModelConfig, flat_params: dict[tuple[str, ...], Any]) -> jax.Array:
-  """The float32 pre-softmax weights [vocab, d_model] (`Transformer._output_kernel`)."""
+  """The float32 pre-softmax weights [vocab, d_model] (`Transformer.output_weights`)."""
   name = "embedding" if cfg.share_embeddings else "output_embedding"
   return flat_params[(name, "embedding")]
 
@@ -52,8 +53,10 @@ def quantize_params(cfg: ModelConfig, params: Params) -> Params:
   """A float32 model's params -> the params of the model `cfg` (quantization "int8" or
   "bfloat16") builds.
 
-  int8: the int8 model's parameter tree, from `transformer.init_params`' shapes, says
-  which arrays become `int8.Int8Kernel`s; every other array is the float32 one.
+  int8: the int8 model's parameter tree, from `transformer.init_params`' shapes with its
+  plug-ins, says which arrays become `int8.Int8Kernel`s; every other array is the float32
+  one; "output_projection" is the int8 copy of the pre-softmax weights
+  (`int8.output_kernel`).
   bfloat16: the same tree, the `BFLOAT16` arrays cast to bfloat16.
   """
   if cfg.quantization == "bfloat16":
@@ -63,14 +66,13 @@ def quantize_params(cfg: ModelConfig, params: Params) -> Params:
   if cfg.quantization != "int8":
     raise ValueError(f"quantize_params makes int8 or bfloat16 params; the config has "
                      f"quantization={cfg.quantization!r}")
-  target = flax.traverse_util.flatten_dict(
-      jax.eval_shape(functools.partial(transformer.init_params, cfg), jax.random.key(0)))
+  target = flax.traverse_util.flatten_dict(jax.eval_shape(
+      functools.partial(transformer.init_params, cfg, plugins=choice.plugins(cfg)),
+      jax.random.key(0)))
   source = flax.traverse_util.flatten_dict(flax.core.unfreeze(params))
-  quantized = {}
+  quantized = {("output_projection",): _quantize(_output_embedding(cfg, source), transpose=False)}
   for path, want in target.items():
-    if path == ("output_projection",):
-      quantized[path] = _quantize(_output_embedding(cfg, source), transpose=False)
-    elif isinstance(want, int8.Int8Kernel):
+    if isinstance(want, int8.Int8Kernel):
       n_out, n_in = want.values.shape
       quantized[path] = _quantize(source[path].reshape(n_in, n_out))  # [*in, *out] -> [in, out]
     elif path in source and source[path].shape == want.shape:

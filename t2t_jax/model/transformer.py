@@ -4,6 +4,8 @@
     logits = Transformer(cfg).apply({"params": params}, inputs, targets, train=False)
     cache = init_cache(cfg, params, inputs, max_decode_len)
     logits, cache = decode_step(cfg, params, cache, tokens, position)  # [rows, vocab]
+    features, cache = decode_features(cfg, params, cache, tokens, position)  # [rows, d_model]
+    kernel, bias = output_weights(cfg, params)   # logits = features . kernel^T + bias
 
 The encoder and decoder stacks are model/encoder_decoder.py's; this module
 embeds the tokens, runs the stacks and projects the logits. Token 0 is
@@ -11,8 +13,12 @@ padding; the decoder input is the target shifted right with 0 in front. The
 full forward pass and `decode_step` run the same layer modules with the same
 parameters (`DecoderLayer._block`); decoding swaps each attention's full-sequence
 call for its one-position methods (`MultiHeadAttention.step_self`, `.step_cross`),
-which read the write-once caches (model/attention.py).
-Initialisation choices are explained in docs/model.md.
+which read the write-once caches (model/attention.py). The decoder's final features and
+the output projection are separate calls (`decode_features`, `output_weights`), so that a
+search may project them its own way (onto some rows of the vocabulary, in another layout
+or with other products: decoding/batch_decoder.py). Each function takes the `plugins`
+to run (model/plugins.py; default the references); training and decoding hand in
+`kernels.choice.plugins(cfg)`. Initialisation choices are explained in docs/model.md.
 """
 
 from __future__ import annotations
@@ -28,11 +34,11 @@ import jax.numpy as jnp
 
 from t2t_jax.configs import ModelConfig
 from t2t_jax.ids import PAD_ID
-from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.model import attention as attention_lib
 from t2t_jax.model import decode_cache
 from t2t_jax.model import encoder_decoder
 from t2t_jax.model import layers
+from t2t_jax.model import plugins as plugins_lib
 
 Array = jax.Array
 Cache = dict[str, Any]
@@ -61,11 +67,13 @@ def _segments_and_positions(ids: Array, segments: Optional[Array]) -> tuple[Arra
 class Transformer(nn.Module):
   """Encoder-decoder Transformer. `__call__(inputs, targets, train)` -> logits float32.
 
-  Other entry points (use with `apply(..., method=...)`): `encode`, `decode`,
-  `init_cache`, `decode_step`. `config` is a `ModelConfig` (a run config's
-  `.model`), so a module never depends on a training or data field.
+  Other entry points (use with `apply(..., method=...)`): `encode`, `decode`, `features`,
+  `init_cache`, `decode_features`, `decode_step`, `output_weights`. `config` is a
+  `ModelConfig` (a run config's `.model`), so a module never depends on a training or data
+  field; `plugins` the forms its jobs run in (model/plugins.py; default the references).
   """
   config: ModelConfig
+  plugins: plugins_lib.Plugins = plugins_lib.Plugins()
 
   def __post_init__(self):
     if not isinstance(self.config, ModelConfig):
@@ -78,9 +86,10 @@ class Transformer(nn.Module):
     # std d_model^-0.5: after the sqrt(d_model) scale the input embeddings have unit
     # variance, and as the output projection x . E^T of a layer-normed x has unit
     # variance too (docs/model.md).
+    # Looked up in the table's own dtype, then cast to the compute dtype (`_embed`).
     embed = lambda: nn.Embed(
-        cfg.vocab_size, cfg.d_model, dtype=encoder_decoder.product_dtype(cfg),
-        param_dtype=jnp.float32, embedding_init=nn.initializers.normal(stddev=cfg.d_model ** -0.5))
+        cfg.vocab_size, cfg.d_model, dtype=None, param_dtype=jnp.float32,
+        embedding_init=nn.initializers.normal(stddev=cfg.d_model ** -0.5))
     if cfg.share_embeddings:
       self.embedding = embed()
     else:
@@ -94,16 +103,9 @@ class Transformer(nn.Module):
       self.target_positions = self.param("target_positions", init, (cfg.max_len, cfg.d_model))
     if cfg.output_bias:   # not the paper's: Marian's final_logits_bias
       self.output_bias = self.param("output_bias", nn.initializers.zeros, (cfg.vocab_size,))
-    if cfg.quantization == "int8":
-      # The pre-softmax weights quantised per vocabulary row, beside the float32
-      # embeddings the lookups read (model/quantized.py fills both).
-      from t2t_jax.kernels import int8  # pylint: disable=import-outside-toplevel
-      self.output_projection = self.param("output_projection", lambda _: int8.Int8Kernel(
-          jnp.zeros((cfg.vocab_size, cfg.d_model), jnp.int8),
-          jnp.ones((cfg.vocab_size,), jnp.float32)))
-    self.encoder = encoder_decoder.Encoder(cfg)
-    self.decoder = encoder_decoder.Decoder(cfg)
-    self.dropout = encoder_decoder.dropout(cfg)
+    self.encoder = encoder_decoder.Encoder(cfg, self.plugins)
+    self.decoder = encoder_decoder.Decoder(cfg, self.plugins)
+    self.dropout = encoder_decoder.dropout(cfg, self.plugins)
 
   # -------------------------------------------------------------- building blocks
 
@@ -132,30 +134,19 @@ class Transformer(nn.Module):
     x = (x + pe.astype(x.dtype)).astype(encoder_decoder.compute_dtype(cfg))
     return self.dropout(x, deterministic=deterministic)
 
-  def _output_kernel(self) -> Any:
-    """[vocab, d_model] float32: the pre-softmax weights (the shared embedding by default);
-    an `int8.Int8Kernel` in an int8 model."""
-    if self.config.quantization == "int8":
-      return self.output_projection
-    return self._embedding("output").embedding
+  def output_weights(self) -> tuple[Array, Optional[Array]]:
+    """The output projection's weights (section 3.4): the pre-softmax kernel [vocab, d_model]
+    (the shared embedding by default) and, with `output_bias`, the bias [vocab] (else None)."""
+    bias = self.output_bias if self.config.output_bias else None
+    return self._embedding("output").embedding, bias
 
-  def _logits(self, y: Array, layout: str = "row_major",
-              shortlist: Optional[Array] = None) -> logits_lib.Logits:
+  def _logits(self, y: Array) -> Array:
     """[..., d_model] -> [..., vocab] float32: y E^T (pre-softmax, section 3.4), + b with
-    `output_bias`.
-
-    Operands in the products' dtype (`encoder_decoder.product_dtype`), accumulated and
-    returned in float32; `logits.project_logits` says what `layout` and `shortlist` change.
-    """
-    y = y.astype(encoder_decoder.product_dtype(self.config))
-    if self.config.quantization == "int8":
-      from t2t_jax.kernels import int8  # pylint: disable=import-outside-toplevel
-      logits = int8.project_logits(y, self._output_kernel(), layout, shortlist)
-    else:
-      logits = logits_lib.project_logits(y, self._output_kernel(), layout, shortlist)
-    if self.config.output_bias:
-      logits = logits_lib.add_bias(logits, self.output_bias, shortlist)
-    return logits
+    `output_bias`; operands in y's dtype, accumulated and returned in float32."""
+    kernel, bias = self.output_weights()
+    logits = jnp.einsum("...d,vd->...v", y, kernel.astype(y.dtype),
+                        preferred_element_type=jnp.float32)
+    return logits if bias is None else logits + bias
 
   # ------------------------------------------------------------------ forward pass
 
@@ -213,6 +204,14 @@ class Transformer(nn.Module):
     encoded = self.encode(inputs, train, inputs_segments)
     return self.decode(encoded, inputs, targets, train, inputs_segments, targets_segments)
 
+  def decoder_features(self, inputs: Array, targets: Array, train: bool = False,
+                       inputs_segments: Optional[Array] = None,
+                       targets_segments: Optional[Array] = None) -> Array:
+    """`__call__` stopped before the output projection: the decoder's last layer [batch,
+    tgt_len, d_model] (compute dtype), which `output_weights` projects onto the vocabulary."""
+    encoded = self.encode(inputs, train, inputs_segments)
+    return self.decode_hidden(encoded, inputs, targets, train, inputs_segments, targets_segments)
+
   def features(self, inputs: Array, targets: Array, train: bool = False,
                inputs_segments: Optional[Array] = None,
                targets_segments: Optional[Array] = None) -> tuple[Array, Array]:
@@ -223,13 +222,11 @@ class Transformer(nn.Module):
     With `output_bias` both get one more column, 1 and the bias: [..., d_model + 1]
     and [vocab, d_model + 1], so that the same product adds the bias.
     """
-    encoded = self.encode(inputs, train, inputs_segments)
-    hidden = self.decode_hidden(encoded, inputs, targets, train, inputs_segments,
-                                targets_segments)
-    kernel = self._output_kernel()
-    if self.config.output_bias:
+    hidden = self.decoder_features(inputs, targets, train, inputs_segments, targets_segments)
+    kernel, bias = self.output_weights()
+    if bias is not None:
       hidden = jnp.concatenate([hidden, jnp.ones_like(hidden[..., :1])], axis=-1)
-      kernel = jnp.concatenate([kernel, self.output_bias[:, None]], axis=-1)
+      kernel = jnp.concatenate([kernel, bias[:, None]], axis=-1)
     return hidden, kernel
 
   # ---------------------------------------------------------- incremental decoding
@@ -245,10 +242,10 @@ class Transformer(nn.Module):
             "stored_in": decode_cache.Positions(
                 jnp.zeros((inputs.shape[0], max_decode_len), jnp.int32))}
 
-  def decode_step(self, cache: Cache, tokens: Array, position: Array,
-                  logits_layout: str = "row_major",
-                  shortlist: Optional[Array] = None) -> tuple[logits_lib.Logits, Cache]:
-    """tokens [rows] at scalar `position` -> next-token logits, cache (`decode_step` below)."""
+  def decode_features(self, cache: Cache, tokens: Array,
+                      position: Array) -> tuple[Array, Cache]:
+    """tokens [rows] at scalar `position` -> the decoder's last layer [rows, d_model] (compute
+    dtype) for the next token, and the cache (`decode_features` below)."""
     sentence = cache["sentence"].value
     max_decode_len = cache["stored_in"].value.shape[1]
     stored_in, holds = attention_lib.record_position(
@@ -262,22 +259,29 @@ class Transformer(nn.Module):
     cross_bias = attention_lib.mask_to_bias(sentence["source_ids"] != PAD_ID)[:, None, None, :]
     y, self_caches = self.decoder.step(y, cache["self"], sentence["cross"], position, holds,
                                        self_bias, cross_bias)
-    logits = self._logits(y[:, 0], logits_layout, shortlist)
-    return logits, {**cache, "self": self_caches,
-                    "stored_in": cache["stored_in"].replace(value=stored_in)}
+    return y[:, 0], {**cache, "self": self_caches,
+                     "stored_in": cache["stored_in"].replace(value=stored_in)}
+
+  def decode_step(self, cache: Cache, tokens: Array, position: Array) -> tuple[Array, Cache]:
+    """tokens [rows] at scalar `position` -> next-token logits [rows, vocab], cache."""
+    features, cache = self.decode_features(cache, tokens, position)
+    return self._logits(features), cache
 
 
 # ----------------------------------------------------------------- functional API
 
 
-def init_params(cfg: ModelConfig, key: Array) -> dict[str, Any]:
-  """A plain dict of float32 parameters. Shapes only: `jax.eval_shape(partial(init_params, cfg), key)`."""
+def init_params(cfg: ModelConfig, key: Array,
+                plugins: plugins_lib.Plugins = plugins_lib.Plugins()) -> dict[str, Any]:
+  """A plain dict of float32 parameters (of `plugins`' layers: another tree where a `dense`
+  makes other parameters). Shapes only: `jax.eval_shape(partial(init_params, cfg), key)`."""
   ids = jnp.ones((1, 1), jnp.int32)
-  init = jax.jit(functools.partial(Transformer(cfg).init, train=False))
+  init = jax.jit(functools.partial(Transformer(cfg, plugins).init, train=False))
   return flax.core.unfreeze(init({"params": key}, ids, ids)["params"])
 
 
-def init_cache(cfg: ModelConfig, params: Any, inputs: Array, max_decode_len: int) -> Cache:
+def init_cache(cfg: ModelConfig, params: Any, inputs: Array, max_decode_len: int,
+               plugins: plugins_lib.Plugins = plugins_lib.Plugins()) -> Cache:
   """Decoding state for `inputs` [batch, src_len], leaves with leading dimension batch.
 
   {"sentence": PerSentence({"source_ids", "cross": [per layer {"key", "value"}]}),
@@ -288,28 +292,41 @@ def init_cache(cfg: ModelConfig, params: Any, inputs: Array, max_decode_len: int
   model/attention.py why the caches are laid out so).
   `max_decode_len` (static) bounds the positions `decode_step` may write.
   """
-  return Transformer(cfg).apply({"params": params}, inputs, max_decode_len,
-                                method=Transformer.init_cache)
+  return Transformer(cfg, plugins).apply({"params": params}, inputs, max_decode_len,
+                                         method=Transformer.init_cache)
 
 
-def decode_step(cfg: ModelConfig, params: Any, cache: Cache, tokens: Array, position: Array,
-                logits_layout: str = "row_major",
-                shortlist: Optional[Array] = None) -> tuple[logits_lib.Logits, Cache]:
-  """One decoder position: logits [rows, vocab] float32 for output token `position`.
+def decode_features(cfg: ModelConfig, params: Any, cache: Cache, tokens: Array, position: Array,
+                    plugins: plugins_lib.Plugins = plugins_lib.Plugins()) -> tuple[Array, Cache]:
+  """One decoder position: the decoder's last layer [rows, d_model] (compute dtype) from
+  which the logits for output token `position` are projected (`output_weights`).
 
   `tokens` [rows] is the decoder input at `position`: the previous output token,
   0 at position 0. rows may be any multiple r of the cache's batch (rows
   b*r .. b*r+r-1 translate sentence b) when the "self" part has rows rows, e.g.
   `decode_cache.tile(cache, r)`. `position` is a scalar int (may be traced)
   below the "self" buffer's length; larger values are clamped by
-  `dynamic_update_slice`, not reported. `logits_layout` "vocab_major": the logits
-  as `logits.VocabMajor` [vocab, rows], which one model's searches read faster
-  (kernels/logits.py). `shortlist` [size]: ascending vocabulary ids (then
-  `ids.FILLER`), the only rows of the output projection computed: logits [rows, size]
-  (or [size, rows]), FILLER's at -inf (`logits.project_logits`).
+  `dynamic_update_slice`, not reported.
   """
-  return Transformer(cfg).apply({"params": params}, cache, tokens, jnp.asarray(position, jnp.int32),
-                                logits_layout, shortlist, method=Transformer.decode_step)
+  return Transformer(cfg, plugins).apply({"params": params}, cache, tokens,
+                                         jnp.asarray(position, jnp.int32),
+                                         method=Transformer.decode_features)
+
+
+def decode_step(cfg: ModelConfig, params: Any, cache: Cache, tokens: Array, position: Array,
+                plugins: plugins_lib.Plugins = plugins_lib.Plugins()) -> tuple[Array, Cache]:
+  """One decoder position: logits [rows, vocab] float32 for output token `position`:
+  `decode_features` projected by `output_weights` (y E^T + b). Arguments as there."""
+  return Transformer(cfg, plugins).apply({"params": params}, cache, tokens,
+                                         jnp.asarray(position, jnp.int32),
+                                         method=Transformer.decode_step)
+
+
+def output_weights(cfg: ModelConfig, params: Any) -> tuple[Array, Optional[Array]]:
+  """The output projection's kernel [vocab, d_model] (the pre-softmax weights: the shared
+  embedding by default) and bias [vocab] (None without `output_bias`): logits =
+  features . kernel^T + bias for `decode_features`' features."""
+  return Transformer(cfg).apply({"params": params}, method=Transformer.output_weights)
 
 
 def attention_weights(params: Any) -> dict[str, list[dict[str, dict[str, Array]]]]:

@@ -41,6 +41,7 @@ from t2t_jax.inference import streaming
 from t2t_jax.inference import text as text_lib
 from t2t_jax.inference import visualize
 from t2t_jax.runtime import heap
+from t2t_jax.runtime import workdir as workdir_lib
 
 log = logging.getLogger(__name__)
 
@@ -233,12 +234,18 @@ class CTranslate2Engine:
                    batch_size: int, threads: int = 0, average: bool = True,
                    max_len_a: float = 1.0, workers: int = 3) -> "CTranslate2Engine":
     """The export in WORKDIR/ctranslate2, written by export/ctranslate2.py when absent
-    or older than the work directory's checkpoints."""
+    or older than the work directory's checkpoints.
+
+    Servers starting together on one work directory take turns (a lock beside the export):
+    one writes it while the others wait, so none loads a half-written export.
+    """
     model_dir = pathlib.Path(workdir) / CTRANSLATE2_DIR
-    if not _export_is_current(pathlib.Path(workdir), model_dir / "model.bin"):
-      log.info("exporting %s to CTranslate2 in %s", workdir, model_dir)
-      ctranslate2_lib.export_ctranslate2(workdir, model_dir, average=average, force=True)
-    return cls(model_dir, translator, batch_size, threads, max_len_a, workers)
+    with workdir_lib.file_lock(model_dir.with_name(CTRANSLATE2_DIR + ".lock"),
+                               f"exporting {workdir} to CTranslate2"):
+      if not _export_is_current(pathlib.Path(workdir), model_dir / "model.bin"):
+        log.info("exporting %s to CTranslate2 in %s", workdir, model_dir)
+        ctranslate2_lib.export_ctranslate2(workdir, model_dir, average=average, force=True)
+      return cls(model_dir, translator, batch_size, threads, max_len_a, workers)
 
   @staticmethod
   def default_max_batch(cfg: configs.TransformerConfig) -> int:

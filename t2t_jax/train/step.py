@@ -72,6 +72,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 
 from t2t_jax.configs import TransformerConfig
 from t2t_jax.ids import PAD_ID, SEGMENT_KEYS
+from t2t_jax.kernels import choice
 from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.model import transformer
 
@@ -244,7 +245,7 @@ def train_step(state: TrainState, batch: dict[str, jnp.ndarray], root_key: jax.A
   if inputs.ndim != 3 or targets.ndim != 3:
     raise ValueError(f"train_step wants [accum_steps, micro_batch, length] per device, got "
                      f"inputs {inputs.shape} and targets {targets.shape}")
-  model = transformer.Transformer(cfg.model)  # the model sees its own fields only
+  model = _model(cfg)
   device_key = jax.random.fold_in(jax.random.fold_in(root_key, state.step),
                                   lax.axis_index(axis_name))
 
@@ -294,6 +295,11 @@ def train_step(state: TrainState, batch: dict[str, jnp.ndarray], root_key: jax.A
   return new_state, metrics
 
 
+def _model(cfg: TransformerConfig) -> transformer.Transformer:
+  """The model the steps run: its own fields only, with the kernels they choose."""
+  return transformer.Transformer(cfg.model, choice.plugins(cfg.model))
+
+
 def eval_step(params: Any, batch: dict[str, jnp.ndarray], *, cfg: TransformerConfig,
               axis_name: str = "batch") -> dict[str, jnp.ndarray]:
   """Metric sums (`loss`, `nll`, `correct`, `tokens`; see `compute_metrics`) over the global batch.
@@ -306,7 +312,7 @@ def eval_step(params: Any, batch: dict[str, jnp.ndarray], *, cfg: TransformerCon
   if batch["inputs"].ndim != 3:
     raise ValueError(f"eval_step wants [batch, length] or [chunks, batch, length] per device, "
                      f"got inputs {batch['inputs'].shape}")
-  model = transformer.Transformer(cfg.model)  # the model sees its own fields only
+  model = _model(cfg)
 
   def chunk_sums(total, chunk):
     return _sum_trees(total, batch_metrics(model, params, chunk, cfg.label_smoothing)), None

@@ -7,6 +7,7 @@ import pytest
 
 from compilers import SMALL
 from t2t_jax.accelerators import kernels
+from t2t_jax.kernels import choice
 from t2t_jax.model import attention as attention_lib
 
 
@@ -26,7 +27,8 @@ def test_attention_kernel_follows_the_target_not_this_process():
 
 def test_cudnn_that_cannot_be_built_names_the_layer():
   attention = attention_lib.MultiHeadAttention(num_heads=2, d_k=8, d_v=8, d_model=16,
-                                        dtype=jnp.bfloat16, implementation="cudnn")
+                                               dtype=jnp.bfloat16,
+                                               attention_fn=choice.Attention("cudnn"))
   x = jnp.ones((1, 4, 16))
   mask = attention_lib.Mask(jnp.ones((1, 4), jnp.int32), jnp.ones((1, 4), jnp.int32))
   with pytest.raises(ValueError, match=r"attention layer .*cudnn attention cannot be built"):

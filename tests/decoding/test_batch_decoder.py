@@ -19,6 +19,7 @@ from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import beam_search
 from t2t_jax.decoding import sampling
 from t2t_jax.ids import EOS_ID, FILLER, PAD_ID
+from t2t_jax.kernels import choice
 from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.model import transformer
 from t2t_jax.runtime import stored_programs
@@ -345,7 +346,13 @@ def test_ensembles_average_the_models_probabilities(members):
 def test_one_model_is_the_model_and_two_identical_models_search_like_one(members):
   inputs = _ensemble_inputs()
   cache, step_fn = batch_decoder.init_decoder(members[:1], inputs, 10)
-  assert isinstance(step_fn, functools.partial) and step_fn.func is transformer.decode_step
+  # One model's step function is the model's own decode_step, read vocabulary-major.
+  cfg, params = members[0]
+  tokens = jnp.asarray([5, 7, 9], jnp.int32)
+  logits, _ = step_fn(cache, tokens, 0)
+  want, _ = transformer.decode_step(cfg, params, cache, tokens, 0, choice.plugins(cfg))
+  assert isinstance(logits, logits_lib.VocabMajor)
+  np.testing.assert_allclose(logits_lib.row_major(logits), want, rtol=1e-6, atol=1e-6)
   search = functools.partial(beam_search.beam_search, beam_size=3, alpha=0.6, max_len=10, n_best=2)
   one_tokens, one_scores = search(step_fn, cache)
   pair_cache, pair_step = batch_decoder.init_decoder(members[:1] * 2, inputs, 10)
@@ -367,3 +374,30 @@ def test_members_must_share_the_vocabulary(members):
     batch_decoder.ensemble_step([step(4), step(5)])(((), ()), jnp.zeros(2, jnp.int32), 0)
   with pytest.raises(ValueError, match="at least one model"):
     batch_decoder.ensemble_step([])
+
+
+# A published model's options (an output bias) and unshared embeddings, beside the paper's.
+PROJECTED = [SMALL, SMALL.replace(output_bias=True, share_embeddings=False, attention_bias=True)]
+
+
+@pytest.mark.parametrize("cfg", PROJECTED, ids=["paper", "biases_unshared"])
+def test_a_model_step_in_either_layout_is_its_teacher_forced_logits(cfg):
+  params = transformer.init_params(cfg.model, jax.random.key(2))
+  params = jax.tree_util.tree_map_with_path(   # biases off their initial 0
+      lambda path, x: x + 0.3 if "bias" in getattr(path[-1], "key", "") else x, params)
+  member = batch_decoder.Member(cfg.model, params)
+  inputs = _ensemble_inputs()
+  targets = jnp.asarray(np.random.default_rng(3).integers(3, 24, (3, 5)), jnp.int32)
+  full = np.asarray(batch_decoder.teacher_forced_logits(member, inputs, targets))
+  # The model's own forward pass: the float model's search projects as the model does.
+  np.testing.assert_allclose(full, transformer.Transformer(cfg.model).apply(
+      {"params": params}, inputs, targets), atol=2e-5)
+  for layout in logits_lib.LAYOUTS:
+    step = jax.jit(batch_decoder.model_step(member, layout))
+    cache = transformer.init_cache(cfg.model, params, inputs, 5, choice.plugins(cfg.model))
+    tokens = jnp.zeros((3,), jnp.int32)
+    for position in range(targets.shape[1]):
+      logits, cache = step(cache, tokens, position)
+      assert isinstance(logits, logits_lib.VocabMajor) == (layout == "vocab_major")
+      np.testing.assert_allclose(logits_lib.row_major(logits), full[:, position], atol=2e-5)
+      tokens = targets[:, position]

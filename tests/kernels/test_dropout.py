@@ -1,5 +1,6 @@
-"""kernels/dropout.py: the hash masks against the reference's (threefry) in what matters, and
-their gradient; model.layers.dropout runs the generator the config names."""
+"""kernels/dropout.py: the hash masks against the reference's (`model.layers.dropout`,
+jax.random.bernoulli) in what matters, and their gradient; `dropout.dropout`, the model's
+plug-in, keeps the reference's contract."""
 
 import jax
 import jax.numpy as jnp
@@ -53,24 +54,23 @@ def test_the_same_key_gives_the_same_mask_and_the_mask_is_not_shifted_by_the_see
       assert abs((a[shift:] == b[:a.size - shift]).mean() - 0.5) < 0.05, (step, shift)
 
 
-@pytest.mark.parametrize("generator", configs.DROPOUT_GENERATORS)
-def test_dropout_zeroes_or_scales_each_element(generator):
+@pytest.mark.parametrize("dropout_fn", [dropout.dropout, layers.dropout], ids=["hash", "reference"])
+def test_dropout_zeroes_or_scales_each_element(dropout_fn):
   x = jax.random.normal(jax.random.key(1), SHAPE)
-  y = np.asarray(layers.dropout(x, KEY, 0.25, generator))
+  y = np.asarray(dropout_fn(x, KEY, 0.25))
   kept = y != 0
   np.testing.assert_allclose(y[kept], np.asarray(x)[kept] / 0.75, rtol=1e-6)
   assert abs(kept.mean() - 0.75) < 0.01
-  np.testing.assert_array_equal(layers.dropout(x, KEY, 0.0, generator), x)
-  assert not np.asarray(layers.dropout(x, KEY, 1.0, generator)).any()
+  np.testing.assert_array_equal(dropout_fn(x, KEY, 0.0), x)
+  assert not np.asarray(dropout_fn(x, KEY, 1.0)).any()
 
 
-def test_each_generator_runs_its_kernel_and_threefry_is_jax_random_bernoulli():
+def test_the_plug_in_runs_the_hash_and_the_reference_is_jax_random_bernoulli():
   x = jnp.ones(SHAPE)
   keep = jax.random.bernoulli(KEY, 0.9, SHAPE)
-  np.testing.assert_array_equal(layers.dropout(x, KEY, 0.1, "threefry") != 0, keep)
-  np.testing.assert_array_equal(layers.dropout(x, KEY, 0.1, "threefry"),
-                                jnp.where(keep, x / 0.9, 0))
-  np.testing.assert_array_equal(layers.dropout(x, KEY, 0.1),
+  np.testing.assert_array_equal(layers.dropout(x, KEY, 0.1) != 0, keep)
+  np.testing.assert_array_equal(layers.dropout(x, KEY, 0.1), jnp.where(keep, x / 0.9, 0))
+  np.testing.assert_array_equal(dropout.dropout(x, KEY, 0.1),
                                 dropout.hash_dropout(x, dropout.seeds(KEY), 0.1))
 
 
@@ -91,12 +91,11 @@ def test_gradient_applies_the_forward_mask(dtype):
 
 def test_bad_rate_generator_or_size_is_a_clear_error():
   x = jnp.ones((2, 3))
-  with pytest.raises(ValueError, match=r"rate must be in \[0, 1\]"):
-    layers.dropout(x, KEY, 1.5)
+  for dropout_fn in (layers.dropout, dropout.dropout):
+    with pytest.raises(ValueError, match=r"rate must be in \[0, 1\]"):
+      dropout_fn(x, KEY, 1.5)
   with pytest.raises(ValueError, match=r"rate in \[0, 1\)"):
     dropout.hash_keep_mask(jnp.zeros(2, jnp.uint32), (2, 3), 1.0)
-  with pytest.raises(ValueError, match="generator must be one of"):
-    layers.dropout(x, KEY, 0.1, "philox")
   with pytest.raises(ValueError, match="dropout_generator='threefry'"):
     jax.eval_shape(lambda: dropout.hash_keep_mask(jnp.zeros(2, jnp.uint32), (2**16, 2**16), 0.1))
   with pytest.raises(ValueError, match="dropout_generator"):

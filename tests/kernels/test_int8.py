@@ -1,5 +1,6 @@
 """kernels/int8.py: int8 products against the float32 one, within the quantisation's rounding."""
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 
@@ -90,12 +91,29 @@ def test_a_shortlist_multiplies_only_its_rows():
   x, w = _operands(np.random.default_rng(6), rows=4, d_out=11)
   kernel = int8.quantize(w)
   ids = jnp.asarray([1, 4, 7, 99], jnp.int32)                            # 99: out of range
-  listed = int8.project_logits(x, kernel, "vocab_major", shortlist=ids)
+  listed = logits_lib.listed_logits(
+      int8.project_logits(x, logits_lib.listed_rows(kernel, ids), "vocab_major"), ids)
   full = np.asarray(int8.int8_product(x, kernel))
   assert listed.logits.shape == (4, 4)
   np.testing.assert_allclose(np.asarray(listed.logits[:3]).T, full[:, [1, 4, 7]], rtol=1e-6)
   assert (np.asarray(listed.logits[3]) == 0).all()                  # out of range: a zero row
   filler = jnp.asarray([1, 4, 7, FILLER], jnp.int32)
-  rows = np.asarray(int8.project_logits(x, kernel, shortlist=filler))   # [rows, size]
+  rows = np.asarray(logits_lib.listed_logits(
+      int8.project_logits(x, logits_lib.listed_rows(kernel, filler)), filler))   # [rows, size]
   np.testing.assert_allclose(rows[:, :3], full[:, [1, 4, 7]], rtol=1e-6)
   assert (rows[:, 3] == -np.inf).all()
+
+
+def test_the_plug_ins_fused_projection_is_the_dense_layers_side_by_side():
+  rng = np.random.default_rng(7)
+  x = jnp.asarray(rng.normal(size=(3, 1, 16)), jnp.float32)
+  layers = [int8.dense((2, depth), use_bias=False) for depth in (4, 4, 3)]
+  params = [{"kernel": int8.quantize(jnp.asarray(rng.normal(size=(2 * depth, 16)), jnp.float32))}
+            for depth in (4, 4, 3)]
+  apart = [np.asarray(layer.apply({"params": p}, x)).reshape(3, 1, -1)
+           for layer, p in zip(layers, params)]
+  # Each layer quantises x's rows alike, so one product gives exactly the three.
+  np.testing.assert_array_equal(int8.fused_dense(x, params, jnp.float32),
+                                np.concatenate(apart, axis=-1))
+  shapes = jax.eval_shape(layers[0].init, jax.random.key(0), x)["params"]
+  assert shapes["kernel"].values.shape == (8, 16) and "bias" not in shapes

@@ -1,5 +1,5 @@
 """kernels/logits.py: the output projection in either layout, read back as [rows, vocab]; the
-blocked top-k against jax.lax.top_k (ties included), and choice.top_k the TPU's own where the
+blocked top-k against jax.lax.top_k (ties included), and logits_lib.chosen_top_k the TPU's own where the
 program is lowered for a TPU; the output layer fused with the loss against the reference
 loss (train/step.py), gradients included."""
 
@@ -11,7 +11,6 @@ import numpy as np
 import pytest
 
 from t2t_jax.ids import FILLER
-from t2t_jax.kernels import choice
 from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.train import step as step_lib
 
@@ -136,7 +135,7 @@ def test_blocked_top_k_equals_lax_top_k_ties_included():
     for x in (rng.integers(-3, 1, shape), rng.normal(size=shape)):
       x = jnp.asarray(x, jnp.float32)
       for got, want in ((logits_lib.blocked_top_k(x, n), jax.lax.top_k(x, n)),
-                        (choice.top_k(x, n), jax.lax.top_k(x, n))):
+                        (logits_lib.chosen_top_k(x, n), jax.lax.top_k(x, n))):
         np.testing.assert_array_equal(got[0], want[0])
         np.testing.assert_array_equal(got[1], want[1])
 
@@ -152,7 +151,7 @@ def test_blocked_best_columns_equals_the_reference_ties_and_the_skipped_row_incl
       x = jnp.asarray(x, jnp.float32)
       x = x.at[skip, 0].set(9.0)                        # the skipped row best in one column
       want = jax.lax.top_k(jax.nn.log_softmax(x, axis=0).at[skip].set(-jnp.inf).T, n)
-      for got in (best(x, n, skip), blocked(x, n, skip), choice.best_columns(x, n, skip)):
+      for got in (best(x, n, skip), blocked(x, n, skip), logits_lib.chosen_best_columns(x, n, skip)):
         np.testing.assert_array_equal(got[1], want[1])
         np.testing.assert_allclose(got[0], want[0], rtol=1e-6, atol=1e-5)
       np.testing.assert_array_equal(blocked(x, n, skip)[0], best(x, n, skip)[0])
@@ -172,8 +171,8 @@ def test_blocked_best_columns_reads_the_logits_in_place():
     assert not written, written
 
 
-@pytest.mark.parametrize("fn,shape", [(choice.top_k, (4, 37000)),
-                                      (lambda x, n: choice.best_columns(x, n, 0), (37000, 4))])
+@pytest.mark.parametrize("fn,shape", [(logits_lib.chosen_top_k, (4, 37000)),
+                                      (lambda x, n: logits_lib.chosen_best_columns(x, n, 0), (37000, 4))])
 def test_top_k_is_the_tpus_own_in_a_tpu_program_and_blocked_elsewhere(fn, shape):
   # Chosen by the platform the program is lowered for, not the one running this process.
   x = jax.ShapeDtypeStruct(shape, jnp.float32)
@@ -194,8 +193,9 @@ def test_add_bias_adds_each_ids_bias_in_either_layout_and_on_a_shortlist():
   np.testing.assert_allclose(logits_lib.row_major(major), want, rtol=1e-6, atol=1e-6)
   ids = jnp.asarray([1, 4, 10, FILLER], jnp.int32)
   for layout in logits_lib.LAYOUTS:
-    listed = logits_lib.row_major(logits_lib.add_bias(
-        logits_lib.project_logits(hidden, kernel, layout, ids), bias, ids))   # [rows, size]
+    listed = logits_lib.listed_logits(logits_lib.project_logits(
+        hidden, logits_lib.listed_rows(kernel, ids), layout), ids)
+    listed = logits_lib.row_major(logits_lib.add_bias(listed, bias, ids))   # [rows, size]
     np.testing.assert_allclose(listed[:, :3], want[:, [1, 4, 10]], rtol=1e-6, atol=1e-6)
     # A filler row scores -inf, bias or not: it adds nothing to a normaliser.
     assert np.all(np.asarray(listed[:, 3]) == -np.inf)

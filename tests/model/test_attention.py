@@ -1,6 +1,7 @@
 """model/attention.py: the masks against brute force, scaled dot-product attention against
-NumPy, multi-head attention against NumPy (and when it runs a fused kernel), and one
-decoder position's attention over the write-once caches against the full attention's row."""
+NumPy, multi-head attention against NumPy, and one decoder position's attention over the
+write-once caches against the full attention's row. Which kernel an attention runs is
+kernels/choice.py's (tests/kernels/test_choice.py)."""
 
 import jax
 import jax.numpy as jnp
@@ -9,19 +10,8 @@ import pytest
 
 from attention_reference import numpy_attention, token_ids
 from t2t_jax.ids import NEG_INF
-from t2t_jax.kernels import fused_attention
 from t2t_jax.model import attention as attention_lib
 from t2t_jax.model import layers
-
-SEGMENTS = jnp.array([[1, 1, 1, 1, 1, 0], [1, 1, 1, 0, 0, 0]], jnp.int32)   # [batch, length]
-MASK = attention_lib.Mask(SEGMENTS, SEGMENTS, causal=True)
-
-
-def _qkv8(d_v=8):
-  rng = np.random.default_rng(0)
-  make = lambda depth: jnp.asarray(rng.normal(size=(2, 6, 2, depth)), jnp.float32)
-  return make(8), make(8), make(d_v)
-
 
 def test_masks_match_brute_force():
   n, r = 7, 2
@@ -173,63 +163,6 @@ def test_projection_biases_enter_as_x_w_plus_b_and_biases_lists_them():
   plain = attention_lib.MultiHeadAttention(num_heads=heads, d_k=d_k, d_v=d_v, d_model=d_model)
   assert attention_lib.MultiHeadAttention.biases(
       jax.jit(plain.init)(jax.random.key(0), xq, xkv)["params"]) is None
-
-
-def test_module_uses_the_fused_path_only_where_it_applies():
-  rng = np.random.default_rng(9)
-  x = jnp.asarray(rng.normal(size=(2, 6, 8)), jnp.float32)
-  seg = layers.segment_ids(token_ids(rng, 2, 6, [6, 4]))
-  mask = attention_lib.Mask(seg, seg, causal=True)
-  make = lambda impl, **kw: attention_lib.MultiHeadAttention(num_heads=2, d_k=4, d_v=4, d_model=8,
-                                                      implementation=impl, **kw)
-  params = jax.jit(make("reference").init)(jax.random.key(0), x, bias=mask)["params"]
-  apply = lambda impl, **kw: jax.jit(lambda p: make(impl, **kw).apply(
-      {"params": p}, x, bias=mask, mutable=["intermediates"]))(params)
-  (ref, ref_state), (fused, fused_state) = apply("reference"), apply("fused")
-  real = np.asarray(seg) != 0
-  np.testing.assert_allclose(np.asarray(fused)[real], np.asarray(ref)[real], atol=1e-5)
-  # Collecting attention maps needs the probabilities: the reference path runs and sows them.
-  assert "attention_weights" in fused_state["intermediates"]
-  np.testing.assert_allclose(fused, ref, atol=1e-6)
-  # Without the intermediates collection the fused path runs: nothing sown, padded rows differ.
-  plain = jax.jit(lambda p: make("fused").apply({"params": p}, x, bias=mask))(params)
-  np.testing.assert_allclose(np.asarray(plain)[real], np.asarray(ref)[real], atol=1e-5)
-  assert not np.allclose(np.asarray(plain)[~real], np.asarray(ref)[~real])
-
-
-@pytest.mark.parametrize("case,kernel", [
-    (dict(), "core"),
-    (dict(implementation="core_recompute"), "core_recompute"),
-    (dict(implementation="reference"), "reference"),
-    (dict(probabilities=True), "reference"),
-    (dict(mask=attention_lib.mask_to_bias(MASK.dense())), "reference"),
-    (dict(mask=MASK.replace(window=2)), "reference"),
-    (dict(d_v=4), "reference"),
-    (dict(dropout=True), "reference"),
-])
-def test_attention_runs_the_reference_only_where_no_fused_kernel_applies(case, kernel):
-  case = dict(case)
-  q, k, v = _qkv8(case.pop("d_v", 8))
-  mask = case.pop("mask", MASK)
-  rng = jax.random.key(0, impl="rbg") if case.pop("dropout", False) else None
-  settings = {"implementation": "fused", "probabilities": False, **case}
-  out, probs = attention_lib.attention(q, k, v, mask, dropout_rate=0.1, dropout_rng=rng,
-                                       **settings)
-  assert (probs is None) == (kernel != "reference")
-  if kernel == "reference":
-    bias = attention_lib.mask_to_bias(mask.dense()) if isinstance(mask, attention_lib.Mask) else mask
-    want, _ = attention_lib.scaled_dot_product_attention(
-        q, k, v, bias, dropout_rng=rng, dropout_rate=0.1, deterministic=rng is None)
-  else:
-    want = fused_attention.fused_attention(q, k, v, mask, implementation=kernel)
-  np.testing.assert_array_equal(out, want)
-
-
-def test_cudnn_where_it_cannot_apply_is_an_error_not_a_fallback():
-  q, k, v = _qkv8()
-  with pytest.raises(ValueError, match=r"cuDNN attention cannot run here \(the attention is "
-                                       r"windowed\); use --config.attention_impl=fused"):
-    attention_lib.attention(q, k, v, MASK.replace(window=2), implementation="cudnn")
 
 
 def test_record_position_follows_the_worked_example():

@@ -17,6 +17,8 @@ import numpy as np
 import pytest
 
 from t2t_jax import configs
+from t2t_jax.decoding import batch_decoder
+from t2t_jax.kernels import choice
 from t2t_jax.kernels import int8
 from t2t_jax.model import quantized
 from t2t_jax.model import transformer
@@ -49,16 +51,36 @@ def _int8(cfg):
 
 
 def _forward(cfg, params):
-  return np.asarray(transformer.Transformer(cfg.model).apply({"params": params}, INPUTS, TARGETS))
+  """Teacher-forced logits as a search computes them (the config's plug-ins and output layer)."""
+  member = batch_decoder.Member(cfg.model, params)
+  return np.asarray(batch_decoder.teacher_forced_logits(member, INPUTS, TARGETS))
+
+
+def _decode(cfg, params, layout="row_major"):
+  """Cached decoding of TARGETS position by position as a search steps: logits [batch, tgt, vocab]."""
+  member = batch_decoder.Member(cfg.model, params)
+  plugins = choice.plugins(cfg.model)
+  cache = transformer.init_cache(cfg.model, params, INPUTS, TARGETS.shape[1], plugins)
+  step = batch_decoder.model_step(member, layout)
+  tokens, out = jnp.zeros((3,), jnp.int32), []
+  for position in range(TARGETS.shape[1]):
+    logits, cache = step(cache, tokens, position)
+    out.append(logits.logits.T if layout == "vocab_major" else logits)
+    tokens = TARGETS[:, position]
+  return np.stack(out, axis=1)
 
 
 @pytest.mark.parametrize("cfg", [CFG, CFG_UNSHARED], ids=["shared", "unshared"])
 def test_quantized_params_are_the_int8_models(cfg):
   params = quantized.quantize_params(_int8(cfg).model, _params(cfg))
-  want = jax.eval_shape(functools.partial(transformer.init_params, _int8(cfg).model),
+  want = jax.eval_shape(functools.partial(transformer.init_params, _int8(cfg).model,
+                                          plugins=choice.plugins(_int8(cfg).model)),
                         jax.random.key(0))
   shapes = lambda tree: jax.tree.map(lambda x: (x.shape, str(x.dtype)), tree)
+  # The int8 plug-ins' tree, and the int8 copy of the pre-softmax weights beside it.
+  output = params.pop("output_projection")
   assert shapes(params) == shapes(want)
+  assert output.values.shape == (cfg.vocab_size, cfg.d_model) and output.values.dtype == jnp.int8
   layer = params["decoder"]["layers_0"]
   assert isinstance(layer["ffn"]["wi"]["kernel"], int8.Int8Kernel)
   # W^O [heads, d_v, d_model] flattened over its inputs: [d_model, heads * d_v].
@@ -91,31 +113,25 @@ def test_int8_logits_are_close_to_float32s(cfg):
   assert np.abs(logits - float_logits).max() <= 0.05 * spread
   # Not float32 itself: the products did run quantised.
   assert np.abs(logits - float_logits).max() > 1e-6 * spread
-  # The output projection is the int8 one.
+  # The output projection is the int8 one, over the int8 copy of the weights.
   if cfg.output_bias:
     return
-  hidden, kernel = transformer.Transformer(_int8(cfg).model).apply(
-      {"params": quantized.quantize_params(_int8(cfg).model, _params(cfg))}, INPUTS, TARGETS,
-      method=transformer.Transformer.features)
-  assert isinstance(kernel, int8.Int8Kernel)
-  np.testing.assert_array_equal(logits, int8.project_logits(hidden, kernel))
+  params = quantized.quantize_params(_int8(cfg).model, _params(cfg))
+  hidden = transformer.Transformer(_int8(cfg).model, choice.plugins(_int8(cfg).model)).apply(
+      {"params": params}, INPUTS, TARGETS, method=transformer.Transformer.decoder_features)
+  np.testing.assert_array_equal(logits,
+                                int8.project_logits(hidden, params["output_projection"]))
 
 
 def test_int8_cached_decoding_is_its_full_forward_pass():
   cfg = _int8(CFG)
   params = quantized.quantize_params(cfg.model, _params(CFG))
   full = _forward(cfg, params)
-  cache = transformer.init_cache(cfg.model, params, INPUTS, TARGETS.shape[1])
-  tokens = jnp.zeros((3,), jnp.int32)
-  for position in range(TARGETS.shape[1]):
-    logits, cache = transformer.decode_step(cfg.model, params, cache, tokens, position,
-                                            "vocab_major")
-    # Rows are quantised alike on both paths; float32 sums in another order may round
-    # an activation to the neighbouring int8 value, hence a tolerance above float32's.
-    real = np.asarray(TARGETS[:, position] != 0)                      # padding is masked there
-    np.testing.assert_allclose(logits.logits.T[real], full[real, position],
-                               atol=1e-3 * np.abs(full).max())
-    tokens = TARGETS[:, position]
+  cached = _decode(cfg, params, "vocab_major")
+  # Rows are quantised alike on both paths; float32 sums in another order may round
+  # an activation to the neighbouring int8 value, hence a tolerance above float32's.
+  real = np.asarray(TARGETS != 0)                                     # padding is masked there
+  np.testing.assert_allclose(cached[real], full[real], atol=1e-3 * np.abs(full).max())
 
 
 def test_float32_params_are_refused_by_the_float_config_and_training_refuses_int8():
@@ -136,9 +152,10 @@ def _bfloat16(cfg):
 
 def _dots_and_converts(cfg, params):
   """The lowered decode step's dot_general operand/result types and converted shapes."""
-  cache = transformer.init_cache(cfg.model, params, INPUTS, 8)
-  text = jax.jit(lambda p, c: transformer.decode_step(cfg.model, p, c, TARGETS[:, 0], 0,
-                                                      "vocab_major")).lower(params, cache).as_text()
+  cache = transformer.init_cache(cfg.model, params, INPUTS, 8, choice.plugins(cfg.model))
+  step = lambda p, c: batch_decoder.model_step(batch_decoder.Member(cfg.model, p),
+                                               "vocab_major")(c, TARGETS[:, 0], 0)
+  text = jax.jit(step).lower(params, cache).as_text()
   dots = re.findall(r"stablehlo.dot_general .*: \((tensor<[^>]*>), (tensor<[^>]*>)\) -> "
                     r"(tensor<[^>]*>)", text)
   converted = re.findall(r"stablehlo.convert %\S+ : \(tensor<((?:\d+x)*\d+)x(?:bf16|f32)>\)", text)
@@ -179,10 +196,6 @@ def test_bfloat16_logits_are_close_to_float32s_and_cached_decoding_is_the_forwar
   spread = float_logits.max() - float_logits.min()
   assert logits.dtype == np.float32
   assert 1e-6 * spread < np.abs(logits - float_logits).max() <= 0.02 * spread
-  cache = transformer.init_cache(model.model, params, INPUTS, TARGETS.shape[1])
-  tokens = jnp.zeros((3,), jnp.int32)
-  for position in range(TARGETS.shape[1]):
-    step, cache = transformer.decode_step(model.model, params, cache, tokens, position)
-    real = np.asarray(TARGETS[:, position] != 0)
-    np.testing.assert_allclose(step[real], logits[real, position], atol=1e-2 * spread)
-    tokens = TARGETS[:, position]
+  cached = _decode(model, params)
+  real = np.asarray(TARGETS != 0)
+  np.testing.assert_allclose(cached[real], logits[real], atol=1e-4 * spread)

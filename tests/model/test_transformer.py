@@ -10,7 +10,7 @@ import numpy as np
 import pytest
 
 from t2t_jax import configs
-from t2t_jax.kernels import logits as logits_lib
+from t2t_jax.kernels import choice
 from t2t_jax.model import layers
 from t2t_jax.model import transformer
 
@@ -62,14 +62,14 @@ def _forward(cfg):
   return lambda *args: _forward_with_weights(cfg)(*args)[0]
 
 
-def _cached_logits(cfg, params, inputs, targets, layout="row_major"):
+def _cached_logits(cfg, params, inputs, targets):
   """decode_step over every position (traced), feeding the shifted targets: [batch, length, vocab]."""
   # Two spare cache slots: unwritten (zero) keys must stay masked.
   cache = transformer.init_cache(cfg.model, params, inputs, targets.shape[1] + 2)
   def body(cache, xs):
     token, position = xs
-    logits, cache = transformer.decode_step(cfg.model, params, cache, token, position, layout)
-    return cache, logits_lib.row_major(logits)
+    logits, cache = transformer.decode_step(cfg.model, params, cache, token, position)
+    return cache, logits
   decoder_inputs = transformer.shift_right(targets).T                  # [length, batch]
   _, logits = jax.lax.scan(body, cache, (decoder_inputs, jnp.arange(targets.shape[1])))
   return jnp.swapaxes(logits, 0, 1)
@@ -130,11 +130,8 @@ def test_cached_decoding_reproduces_full_forward(cfg):
   params = _params(cfg)
   full = np.asarray(_forward(cfg)(params, INPUTS, TARGETS))
   real = np.asarray(TARGETS != 0)
-  # Both layouts of the output projection (vocab_major is one model's searches').
-  for layout in logits_lib.LAYOUTS:
-    cached = np.asarray(jax.jit(functools.partial(_cached_logits, cfg, layout=layout))(
-        params, INPUTS, TARGETS))
-    np.testing.assert_allclose(cached[real], full[real], atol=1e-5, rtol=1e-5)
+  cached = np.asarray(jax.jit(functools.partial(_cached_logits, cfg))(params, INPUTS, TARGETS))
+  np.testing.assert_allclose(cached[real], full[real], atol=1e-5, rtol=1e-5)
 
 
 def test_cache_leaves_have_leading_batch_and_decode_step_keeps_the_structure():
@@ -148,13 +145,9 @@ def test_cache_leaves_have_leading_batch_and_decode_step_keeps_the_structure():
       functools.partial(transformer.decode_step, CFG.model), params, cache,
       jnp.zeros((3,), jnp.int32), 0)
   assert logits.shape == (3, 23) and logits.dtype == jnp.float32
-  major, _ = jax.eval_shape(functools.partial(transformer.decode_step, CFG.model,
-                                              logits_layout="vocab_major"),
-                            params, cache, jnp.zeros((3,), jnp.int32), 0)
-  assert isinstance(major, logits_lib.VocabMajor) and major.logits.shape == (23, 3)
-  with pytest.raises(ValueError, match="logits layout 'columns' is not one of"):
-    transformer.decode_step(CFG.model, params, transformer.init_cache(CFG.model, params, INPUTS, 5),
-                      jnp.zeros((3,), jnp.int32), 0, logits_layout="columns")
+  features, _ = jax.eval_shape(functools.partial(transformer.decode_features, CFG.model),
+                               params, cache, jnp.zeros((3,), jnp.int32), 0)
+  assert features.shape == (3, 16) and features.dtype == jnp.float32
   assert jax.tree.structure(new_cache) == jax.tree.structure(cache)
   assert all(jax.tree.leaves(jax.tree.map(lambda a, b: a.shape == b.shape, new_cache, cache)))
 
@@ -244,9 +237,10 @@ CFG_FUSED = CFG.replace(d_v=8, attention_dropout_rate=0.0)
 
 
 def _plain_forward(cfg):
-  """jit(apply) without the intermediates collection, so the fused path may run."""
-  return jax.jit(lambda p, i, t, *segments: transformer.Transformer(cfg.model).apply(
-      {"params": p}, i, t, False, *segments))
+  """jit(apply) with the config's kernels (kernels/choice.py) and without the intermediates
+  collection, so the fused path may run."""
+  model = transformer.Transformer(cfg.model, choice.plugins(cfg.model))
+  return jax.jit(lambda p, i, t, *segments: model.apply({"params": p}, i, t, False, *segments))
 
 
 def test_fused_attention_gives_the_reference_logits_and_gradients():
@@ -259,7 +253,8 @@ def test_fused_attention_gives_the_reference_logits_and_gradients():
 
   def loss(cfg):
     def f(p):
-      logits = transformer.Transformer(cfg.model).apply({"params": p}, INPUTS, TARGETS)
+      model = transformer.Transformer(cfg.model, choice.plugins(cfg.model))
+      logits = model.apply({"params": p}, INPUTS, TARGETS)
       logp = jax.nn.log_softmax(logits)
       return -jnp.sum(jnp.take_along_axis(logp, TARGETS[..., None], -1)[..., 0] * real)
     return jax.jit(jax.grad(f))(params)
@@ -388,23 +383,6 @@ def test_the_model_takes_a_model_config_and_names_the_fix_for_a_run_config():
                lambda: transformer.init_cache(CFG, _params(CFG), INPUTS, 4)):
     with pytest.raises(TypeError, match="not a TransformerConfig: pass cfg.model"):
       make()
-
-
-def test_the_model_draws_its_masks_with_the_configured_generator():
-  cfg = configs.get_config("demo", vocab_size=40, num_layers=1, d_model=16, d_ff=32,
-                           num_heads=2, dropout_rate=0.3, max_len=16)
-  ids = jnp.asarray(np.random.default_rng(0).integers(3, 40, (2, 7)), jnp.int32)
-  params = transformer.init_params(cfg.model, jax.random.key(0))
-
-  @functools.partial(jax.jit, static_argnums=0)
-  def logits(generator, key):
-    return transformer.Transformer(cfg.replace(dropout_generator=generator).model).apply(
-        {"params": params}, ids, ids, train=True, rngs={"dropout": key})
-
-  hashed, threefry = logits("hash", jax.random.key(5)), logits("threefry", jax.random.key(5))
-  np.testing.assert_array_equal(hashed, logits("hash", jax.random.key(5)))
-  assert np.abs(np.asarray(hashed) - np.asarray(threefry)).max() > 1e-3
-  assert np.abs(np.asarray(hashed) - np.asarray(logits("hash", jax.random.key(6)))).max() > 1e-3
 
 
 def test_published_models_options_change_what_they_say_and_nothing_else():
