@@ -26,7 +26,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), ".."))
 
 from t2t_jax import configs  # noqa: E402
 from t2t_jax.data import dataset
-from t2t_jax.data import demo
+from t2t_jax.corpora import demo
 
 
 def main() -> None:

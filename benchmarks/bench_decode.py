@@ -55,7 +55,7 @@ or cast once, before timing ("same as ours" counts the outputs equal to float32'
 CTranslate2 with all cores on one batch (its usual CPU setting) and, marked xN, N
 batches at once, one core each (inter_threads, the counterpart of our in_flight). The
 last lines are our speed over CTranslate2's (its faster row): float32 over float32,
-int8 and bfloat16 over int8. `--shortlist` adds a lexical shortlist (data/shortlist.py)
+int8 and bfloat16 over int8. `--shortlist` adds a lexical shortlist (inference/shortlist.py)
 on the same ids in both engines: with `--workdir` the work directory's table
 (`t2t-shortlist`, its defaults unless built otherwise); without, a synthetic table,
 seeded, of `--shortlist_per_source` random target ids for each source id and
@@ -273,7 +273,7 @@ def measure_testset(args) -> list[dict]:
   """The work directory's test set: one cold pass, then the best of `repeats` warm ones."""
   from t2t_jax import configs  # pylint: disable=import-outside-toplevel
   from t2t_jax.data import vocab
-  from t2t_jax.inference import bleu as bleu_lib
+  from t2t_jax.evaluation import bleu as bleu_lib
   from t2t_jax.runtime import averaging
 
   def read_lines(path):
@@ -489,9 +489,9 @@ def _search(params, inputs, shortlist=None, **settings):
 def _random_shortlist(args, vocab_size: int):
   """A synthetic lexical shortlist for random ids, of the size CTranslate2's and Marian's
   users give: `--shortlist_per_source` distinct random targets per source id and
-  `--shortlist_frequent` random frequent ones (seeded; data/shortlist.py's table)."""
+  `--shortlist_frequent` random frequent ones (seeded; inference/shortlist.py's table)."""
   import numpy as np  # pylint: disable=import-outside-toplevel
-  from t2t_jax.data import shortlist  # pylint: disable=import-outside-toplevel
+  from t2t_jax.inference import shortlist  # pylint: disable=import-outside-toplevel
   rng = np.random.default_rng(1)
   targets = np.arange(3, vocab_size)
   per_source = np.stack([rng.choice(targets, min(args.shortlist_per_source, len(targets)),
@@ -628,7 +628,7 @@ def _random_workload(args):
 
 def _shortlist_table(args, cfg):
   """--shortlist's table: the work directory's (t2t-shortlist), or a synthetic one."""
-  from t2t_jax.data import shortlist  # pylint: disable=import-outside-toplevel
+  from t2t_jax.inference import shortlist  # pylint: disable=import-outside-toplevel
   if not args.workdir:
     return _random_shortlist(args, cfg.vocab_size), (
         f"synthetic: {args.shortlist_per_source} random ids per source id + "
@@ -638,7 +638,7 @@ def _shortlist_table(args, cfg):
                  f"{len(table.frequent)} frequent")
 
 
-# Our modes: the model's config fields and params (model/quantized.py) beside float32's.
+# Our modes: the model's config fields and params (quantization/quantized.py) beside float32's.
 MODES = ("float32", "int8", "bfloat16")
 
 
@@ -646,11 +646,11 @@ def ctranslate2_side_by_side(args) -> None:
   """Our beam search (float32, int8, bfloat16), then CTranslate2 float32 and int8 on the same
   model and sentences; with --shortlist each also shortlisted."""
   import jax  # pylint: disable=import-outside-toplevel
-  from t2t_jax.data import shortlist as shortlist_lib  # pylint: disable=import-outside-toplevel
+  from t2t_jax.inference import shortlist as shortlist_lib  # pylint: disable=import-outside-toplevel
   # pylint: disable-next=import-outside-toplevel
   from t2t_jax.export import ctranslate2 as ctranslate2_lib
   from t2t_jax.kernels import choice  # pylint: disable=import-outside-toplevel
-  from t2t_jax.model import quantized  # pylint: disable=import-outside-toplevel
+  from t2t_jax.quantization import quantized  # pylint: disable=import-outside-toplevel
   workload = _trained_workload if args.workdir else _random_workload
   cfg, params, tokens, ours, theirs, description = workload(args)
   threads = os.cpu_count() or 1

@@ -46,9 +46,10 @@ from t2t_jax.decoding import batch_decoder  # noqa: E402
 from t2t_jax.decoding import beam_search  # noqa: E402
 from t2t_jax.ids import EOS_ID  # noqa: E402
 from t2t_jax.kernels import choice  # noqa: E402
-from t2t_jax.kernels import int8  # noqa: E402
+from t2t_jax.quantization import int8  # noqa: E402
 from t2t_jax.kernels import logits as logits_lib  # noqa: E402
-from t2t_jax.model import attention, quantized, transformer  # noqa: E402
+from t2t_jax.model import attention, transformer  # noqa: E402
+from t2t_jax.quantization import quantized  # noqa: E402
 
 # --smoke: a toy model, to check that the script runs (its figures mean nothing).
 SMOKE_MODEL = dict(num_layers=1, d_model=32, d_ff=64, num_heads=2, vocab_size=64)
@@ -93,7 +94,7 @@ def _steps(cfg, params, inputs, ids, *, beam_size: int, steps: int):
 def _dense(x, kernels):
   """The model's product: `int8.int8_dense` for int8 kernels, else x by the kernels side by
   side (as MultiHeadAttention fuses its QKV), each flattened to [in, out]; bfloat16 ones
-  as kernels/bfloat16.py runs them (bfloat16 operands, float32 results)."""
+  as quantization/bfloat16.py runs them (bfloat16 operands, float32 results)."""
   if isinstance(kernels[0], int8.Int8Kernel):
     return int8.int8_dense(x, kernels)
   kernels = [k.reshape(x.shape[-1], -1) for k in kernels]

@@ -60,7 +60,7 @@ STEP_LINE = re.compile(r"\bstep (\d+):")
 
 def write_corpus(directory: pathlib.Path) -> dict:
   """A small generated corpus as text files; returns the config fields naming them."""
-  from t2t_jax.data import demo  # pylint: disable=g-import-not-at-top
+  from t2t_jax.corpora import demo  # pylint: disable=g-import-not-at-top
   pairs = demo.generate(2040, seed=0, min_words=3, max_words=8)
   directory.mkdir(parents=True, exist_ok=True)
   files = {}

@@ -139,7 +139,7 @@ class Context:
 def environment(ctx: Context) -> None:
   import jax  # pylint: disable=import-outside-toplevel
   import jaxlib  # pylint: disable=import-outside-toplevel
-  from t2t_jax.runtime import stored_programs  # pylint: disable=import-outside-toplevel
+  from t2t_jax.inference import stored_programs  # pylint: disable=import-outside-toplevel
   record = {
       "part": "environment", "date": datetime.datetime.now(datetime.timezone.utc)
       .isoformat(timespec="seconds"), "python": sys.version.split()[0],
@@ -172,7 +172,7 @@ def measure_preset(ctx: Context, part: str) -> None:
 def train(ctx: Context) -> None:
   from t2t_jax import configs  # pylint: disable=import-outside-toplevel
   from t2t_jax.data import dataset  # pylint: disable=import-outside-toplevel
-  from t2t_jax.data import demo  # pylint: disable=import-outside-toplevel
+  from t2t_jax.corpora import demo  # pylint: disable=import-outside-toplevel
   from t2t_jax.train import trainer  # pylint: disable=import-outside-toplevel
   s = ctx.sizes
   start = time.perf_counter()

@@ -5,7 +5,7 @@ the real-corpus check of how much int8, bfloat16 and the lexical shortlist cost.
     python experiments/multi30k.py --workdir=runs/multi30k --data_dir=data/multi30k \
         --modes=float32,int8 --config.num_train_steps=2000
 
-Fetches the corpus into --data_dir (data/multi30k.py; files already there are not fetched
+Fetches the corpus into --data_dir (corpora/multi30k.py; files already there are not fetched
 again), trains the `multi30k` preset with `t2t-train` (other flags go to it: resuming,
 `--config.<field>=...`), then translates the test set in each of --modes and scores it
 (recipes/multi30k.py): WORKDIR/modes.json, WORKDIR/test.<mode>.hyp.
@@ -18,7 +18,7 @@ import sys
 from typing import Any, Optional, Sequence
 
 from t2t_jax.cli import train
-from t2t_jax.data import multi30k as multi30k_lib
+from t2t_jax.corpora import multi30k as multi30k_lib
 from t2t_jax.recipes import multi30k
 
 

@@ -69,7 +69,7 @@ class TransformerConfig:
   attention_impl: str = _field(
       "fused", "fused (a fused kernel where it applies), reference, or cudnn/core/core_recompute "
       "(that kernel)")
-  # Decoding only (model/quantized.py converts float32 params at load; training refuses it).
+  # Decoding only (quantization/quantized.py converts float32 params at load; training refuses it).
   quantization: Optional[str] = _field(
       None, "decoding only: int8 or bfloat16 weights and products (docs/model.md), or None")
   # Where published models of this architecture depart from the paper (OPUS-MT's Marian
@@ -414,7 +414,7 @@ PRESETS: dict[str, dict[str, Any]] = {
                  log_every_steps=50, eval_every_steps=550, checkpoint_every_steps=100,
                  checkpoint_every_minutes=None, average_last=3,
                  vocab_sample_sentences=200_000),
-    # Multi30k En-De (data/multi30k.py), a small real corpus, trained in about an hour on a
+    # Multi30k En-De (corpora/multi30k.py), a small real corpus, trained in about an hour on a
     # 2-core CPU (experiments/multi30k.py gives the files): the demo's model, a 6000-piece
     # vocabulary for real text, dropout back on (29000 pairs seen about 10 times each),
     # 4096-token batches, the last 3 of checkpoints 100 steps apart averaged.

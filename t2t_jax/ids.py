@@ -11,7 +11,7 @@ from typing import Iterable
 PAD_ID = 0
 EOS_ID = 1
 UNK_ID = 2
-# A lexical shortlist's padding entry (data/shortlist.py): no id, never a token.
+# A lexical shortlist's padding entry (inference/shortlist.py): no id, never a token.
 FILLER = -1
 
 # The finite stand-in for log 0: a masked attention logit's bias and an impossible

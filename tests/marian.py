@@ -16,7 +16,7 @@ import shutil
 
 import numpy as np
 
-from t2t_jax.data import demo
+from t2t_jax.corpora import demo
 
 STEPS = 400
 ROWS = 32

@@ -10,7 +10,7 @@ import jax
 import numpy as np
 
 from t2t_jax import configs
-from t2t_jax.data import demo
+from t2t_jax.corpora import demo
 from t2t_jax.data import vocab
 from t2t_jax.ids import EOS_ID
 from t2t_jax.model import transformer

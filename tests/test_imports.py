@@ -47,8 +47,8 @@ def _resolve(module: str, name: str | None) -> str:
   """The package module that `from t2t_jax.<module> import <name>` reads."""
   if name is not None and (PACKAGE / module.replace(".", "/") / f"{name}.py").exists():
     return f"{module}.{name}" if module else name
-  if name is not None and not module and (PACKAGE / name).is_dir():
-    return name
+  if name is not None and (PACKAGE / module.replace(".", "/") / name).is_dir():
+    return f"{module}.{name}" if module else name
   return module
 
 
@@ -204,8 +204,8 @@ def _imported_from_packages(where: str, tree: ast.AST) -> set[tuple[str, str]]:
   """(package, name) for each name one of the package's subpackages gives `where` from outside,
   and (module, name) for each private name taken from a module of another package.
 
-  `from t2t_jax.data.demo import corpus` in serve/ takes `demo` from `data` and `corpus` from
-  `data.demo`; `from t2t_jax import inference` then `inference.Translator` takes `Translator`.
+  `from t2t_jax.corpora.demo import corpus` in serve/ takes `demo` from `data` and `corpus` from
+  `corpora.demo`; `from t2t_jax import inference` then `inference.Translator` takes `Translator`.
   """
   inside = _module_name(ROOT / where) if where.startswith("t2t_jax/") else ""
   paths, bound = [], {}
@@ -282,21 +282,16 @@ def test_every_package_s_all_is_what_other_code_imports_from_it():
 
 
 # ------------------------------------------------------------------ the core and the product
-# The paper's core: the config, the model, the train step and loop, beam search, BLEU, the
-# WMT/text data path. The product plugs in around it and the core imports none of it.
-PRODUCT = ("serve", "export", "accelerators", "kernels.int8", "kernels.bfloat16", "model.quantized",
-           "data.shortlist", "data.demo", "data.multi30k", "runtime.stored_programs",
-           "runtime.heap", "inference.streaming", "inference.translator",
-           "inference.long_inputs", "inference.visualize", "decoding.sampling",
-           "decoding.alignment", "decoding.uncached")
-CORE = ("configs", "ids", "errors", "model", "kernels", "train", "decoding.beam_search",
-        "decoding.batch_decoder", "decoding.sentence_batches", "inference.bleu",
-        "inference.text", "data.dataset", "data.sources", "data.wmt", "recipes.experiment",
-        "recipes.paper", "cli.train")
+# The paper's core: the config, the model, its kernels, the train step and loop, beam search,
+# BLEU, the WMT/text data path, one experiment end to end. The product plugs in around it,
+# each feature in a package of its own, and the core imports none of it: a rule about folders.
+PRODUCT = ("serve", "export", "accelerators", "inference", "quantization", "corpora")
+CORE = ("configs", "ids", "errors", "decode_cache", "model", "kernels", "train", "decoding",
+        "evaluation", "data", "runtime", "recipes.experiment", "recipes.paper", "cli.train")
 # The few places a core module loads a product module, and only when a config asks for it.
-ON_REQUEST = {("kernels.choice", "kernels.int8"): "an int8 model (decoding only)",
-              ("kernels.choice", "kernels.bfloat16"): "a bfloat16 model (decoding only)",
-              ("data.sources", "data.demo"): "dataset=demo"}
+ON_REQUEST = {("kernels.choice", "quantization.int8"): "an int8 model (decoding only)",
+              ("kernels.choice", "quantization.bfloat16"): "a bfloat16 model (decoding only)",
+              ("data.sources", "corpora.demo"): "dataset=demo"}
 # `python -c "import t2t_jax.cli.train"` loads at most this many of the package's modules.
 TRAIN_MODULES = 50
 

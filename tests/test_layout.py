@@ -9,7 +9,7 @@ PACKAGE = ROOT / "t2t_jax"
 # Modules without a test file of their name, each with the reason. Keep it short: a module
 # that is tested gets its file.
 EXCEPTIONS = {
-    "data/demo/lexicon.py": "data only (the demo's words); tests/data/demo/test_corpus.py reads "
+    "corpora/demo/lexicon.py": "data only (the demo's words); tests/corpora/demo/test_corpus.py reads "
                             "them through the corpus",
 }
 

@@ -6,7 +6,7 @@ import pathlib
 import nbformat
 from nbclient import NotebookClient
 
-from t2t_jax.data import demo
+from t2t_jax.corpora import demo
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 NOTEBOOK = ROOT / "notebooks" / "attention_maps.ipynb"

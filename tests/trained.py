@@ -17,7 +17,7 @@ import jax
 import numpy as np
 
 from t2t_jax import configs
-from t2t_jax.data import demo
+from t2t_jax.corpora import demo
 from t2t_jax.data import vocab
 from t2t_jax.runtime import checkpoint
 from t2t_jax.train import step as step_lib

@@ -3,7 +3,7 @@
     python -m t2t_jax.cli.bleu bleu --hyp HYP --ref REF --lang de
 
 prints one JSON object with the three scores and their signatures. The library
-behind it, and how each score is computed: inference/bleu.py.
+behind it, and how each score is computed: evaluation/bleu.py.
 """
 
 from __future__ import annotations
@@ -15,7 +15,7 @@ from typing import Optional, Sequence
 from t2t_jax.cli import exits
 from t2t_jax.cli import flags
 from t2t_jax.data import textio
-from t2t_jax.inference import bleu as bleu_lib
+from t2t_jax.evaluation import bleu as bleu_lib
 
 
 @exits.command

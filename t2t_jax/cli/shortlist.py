@@ -9,7 +9,7 @@ and the --frequent most frequent target pieces (then those the targets never use
 <vocabulary size> lists every piece), in the work directory's SentencePiece ids.
 `t2t-translate --shortlist` and `t2t-serve --shortlist` then pick each batch's outputs
 among those candidates, as Marian's --shortlist and CTranslate2's vocabulary map do; `t2t-export --to ctranslate2` writes it as the
-model's vmap.txt. The library behind it: t2t_jax/data/shortlist.py; docs/translating.md.
+model's vmap.txt. The library behind it: t2t_jax/inference/shortlist.py; docs/translating.md.
 """
 
 from __future__ import annotations
@@ -18,7 +18,7 @@ from typing import Optional, Sequence
 
 from t2t_jax.cli import exits
 from t2t_jax.cli import flags
-from t2t_jax.data import shortlist
+from t2t_jax.inference import shortlist
 
 
 @exits.command

@@ -1,6 +1,6 @@
 """Where the text pairs come from: one source per `config.dataset`.
 
-    "demo"   the generated corpus (data/demo/), written once into WORKDIR/data/demo
+    "demo"   the generated corpus (corpora/demo/), written once into WORKDIR/data/demo
     "text"   the user's files: config.{train,dev,test}_files, each "src_path,tgt_path"
              (line-aligned) or one .tsv path; without test_files there is no test set
     other    a tfds name such as "wmt14_translate/de-en" (data/wmt.py; imports TensorFlow)
@@ -86,7 +86,7 @@ def demo_source(cfg, workdir: str) -> Source:
   Damaged files (checked against the checksums written with them) are generated
   again, with a warning: the generator is deterministic.
   """
-  from t2t_jax.data import demo  # the generator: only when the demo corpus is asked for
+  from t2t_jax.corpora import demo  # the generator: only when the demo corpus is asked for
   directory = os.path.join(workdir, "data", "demo")
   # Processes sharing the work directory write it once; the others wait for it.
   with workdir_lib.file_lock(os.path.join(directory, ".locks", "corpus"),

@@ -1,10 +1,10 @@
 """Ids in, ids out: beam search (`beam_search`, whole, over any step function), the models bound
 to it as compiled programs (`batch_decoder`), many sentences sorted into batches
-(`sentence_batches`); sampling, word alignments and the uncached reference beside them.
+(`sentence_batches`); the uncached reference beside them.
 
-Text in, text out is one level up, in `t2t_jax.inference`.
+Text in, text out is one level up: `t2t_jax.inference` (sampling and word alignments with it)
+and `t2t_jax.evaluation`.
 """
 
 # Its public modules (any other module is a part of these).
-__all__ = ["alignment", "batch_decoder", "beam_search", "sampling", "sentence_batches",
-           "uncached"]
+__all__ = ["batch_decoder", "beam_search", "sentence_batches", "uncached"]

@@ -12,7 +12,7 @@ probabilities): its `decode_features` with the kernels its config chooses
 vocabulary-major for one model, onto a shortlist's rows where one is given), a batch is
 checked and each sentence's maximum output length set (`output_limits`), and the compiled
 programs run. Sampling's program is
-decoding/sampling.py's, the uncached reference's decoding/uncached.py's.
+inference/sampling.py's, the uncached reference's decoding/uncached.py's.
 
 The programs take the models' `configs.ModelConfig` (`cfg.model`) and the search
 settings as static arguments, never the run config: changing a training field
@@ -57,7 +57,7 @@ class Search:
 
   Beam search (the default) returns its `n_best` best hypotheses (n_best <=
   beam_size). With `sample=True`, `n_best` independent samples are drawn per
-  sentence instead (temperature, top_k: decoding/sampling.py); the j-th sample of
+  sentence instead (temperature, top_k: inference/sampling.py); the j-th sample of
   the sentence with id i uses the key fold_in(fold_in(key(seed), i), j), so it
   does not depend on the batch it was decoded in. Each output has at most
   ceil(max_len_a x (source length + EOS)) + max_decode_extra tokens
@@ -310,7 +310,7 @@ def _run(params: tuple, state, shortlist, *, models: tuple, alpha, until, n_best
 
 def call(store: Any, fn, *args: Any, **static: Any):
   """`fn(*args, **static)`, through a store of compiled programs when given (its `call`:
-  runtime/stored_programs.py's `Store`)."""
+  inference/stored_programs.py's `Store`)."""
   return fn(*args, **static) if store is None else store.call(fn, *args, **static)
 
 
@@ -351,8 +351,8 @@ def compile_beam_programs(members: Sequence[Member], rows: int, width: int, sear
   state, so it compiles but steps no further. The programs are the ones
   `decode_batch` calls for any batch of that shape: the output length and chunks
   depend only on the width (`search.output_limits`), never on the ids. `store`:
-  loaded from and stored there (runtime/stored_programs.py). `shortlist`: the programs over
-  its lists of this batch's size, which with `by_shape` (data/shortlist.py) is the size every
+  loaded from and stored there (inference/stored_programs.py). `shortlist`: the programs over
+  its lists of this batch's size, which with `by_shape` (inference/shortlist.py) is the size every
   batch of the shape takes.
   """
   if search.sample:
@@ -380,14 +380,14 @@ def decode_batch(members: Sequence[Member], inputs: Any, search: Search, *, stor
   Returns NumPy tokens [batch, n, L] int32 (0 after EOS, L = the longest source + the
   extra, within every model's max_len) and scores [batch, n] float32, best first.
   `store`: compiled programs loaded from there, and what is compiled stored
-  (runtime/stored_programs.py's `Store`). `shortlist`: a lexical shortlist
-  (data/shortlist.py's `Shortlist`): the outputs are picked among the batch's
+  (inference/stored_programs.py's `Store`). `shortlist`: a lexical shortlist
+  (inference/shortlist.py's `Shortlist`): the outputs are picked among the batch's
   candidates only (its `batch_ids(inputs)`), normalised over them (padding included, as
   over the whole vocabulary: a table listing every id gives the whole vocabulary's
   outputs and scores).
   """
   if search.sample:
-    raise ValueError("decode_batch runs beam search; sampling is decoding/sampling.py's "
+    raise ValueError("decode_batch runs beam search; sampling is inference/sampling.py's "
                      "decode_batch")
   members = tuple(members)
   check_compatible(members)

@@ -12,7 +12,7 @@ toy function in the tests. This module imports no model: decoding/batch_decoder.
 one and runs the search over a batch of sentences. Beams are rows
 `batch * beam_size`; the cache's per-row parts are tiled to beams once and
 reordered by parent after every step, its per-sentence parts are shared by the
-beams, and its position buffers may grow in chunks (model/decode_cache.py says which
+beams, and its position buffers may grow in chunks (decode_cache.py says which
 part is which; `tile`, `take_rows` and `resize` here do it).
 
 Reading order: the next token (`next_log_probs`, `best_tokens`), `greedy_search` (the
@@ -46,7 +46,7 @@ import jax.numpy as jnp
 from t2t_jax.ids import EOS_ID, NEG_INF, PAD_ID
 from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.kernels.logits import Logits, VocabMajor, row_major
-from t2t_jax.model import decode_cache
+from t2t_jax import decode_cache
 
 Array = jax.Array
 StepFn = Callable[[Any, Array, Array], tuple[Logits, Any]]
@@ -142,7 +142,7 @@ def greedy_search(step_fn: StepFn, cache: Any, *, max_len: int,
 
   The reference that `beam_search` with one beam and alpha 0 is tested against
   (tests/decoding/test_beam_search.py), and top-1 sampling too
-  (tests/decoding/test_sampling.py); decoding itself runs beam search (beam_size=1
+  (tests/inference/test_sampling.py); decoding itself runs beam search (beam_size=1
   is greedy). `max_len` is the static output length; `max_lens` [batch] optional per-sentence
   maxima (<= max_len). Returns tokens [batch, max_len] (0 after EOS) and the
   summed log-probabilities [batch] float32 (no length penalty).
@@ -200,7 +200,7 @@ class BeamState(NamedTuple):
   alive_seqs: Array    # [batch, beam, max_len]
   alive_log_prob: Array  # [batch, beam] float32
   alive_ok: Array      # [batch, beam] bool: holds a hypothesis still being extended
-  cache: Any           # per-row leaves [batch * beam, ...] (model/decode_cache.py)
+  cache: Any           # per-row leaves [batch * beam, ...] (decode_cache.py)
   done_seqs: Array     # [batch, beam, max_len], best first
   done_score: Array    # [batch, beam] float32, length-penalised
   done_ok: Array       # [batch, beam] bool
@@ -300,7 +300,7 @@ def beam_start(cache: Any, *, beam_size: int, max_len: int, max_lens: Optional[A
   """The state before the first step: one empty hypothesis per sentence.
 
   `cache` leaves have leading dim `batch` and stay so until the first step
-  (`beam_run`), which tiles the per-row parts to the beams (model/decode_cache.py:
+  (`beam_run`), which tiles the per-row parts to the beams (decode_cache.py:
   PerSentence parts stay per sentence unless `shared=False`, the reference
   path that tiles them too).
   """
@@ -333,7 +333,7 @@ def beam_run(step_fn: StepFn, state: BeamState, *, until: int, alpha: float = 0.
              shared: bool = True) -> BeamState:
   """Steps until position `until` (exclusive) or until every sentence has stopped.
 
-  The cache's Positions buffers are resized to `until` first (model/decode_cache.py),
+  The cache's Positions buffers are resized to `until` first (decode_cache.py),
   so a search can run in chunks whose self-attention covers the filled prefix
   rather than the whole output length; `until` must not fall below the state's
   step (a shorter buffer would lose keys/values already written).
@@ -360,7 +360,7 @@ def beam_search(step_fn: StepFn, cache: Any, *, beam_size: int = 4, alpha: float
   `cache` has leading dim `batch` on every leaf (one row per sentence); its
   per-row parts are tiled to `beam_size` rows per sentence here and reordered
   after every step, its PerSentence parts are shared by the beams as they are
-  (model/decode_cache.py; `shared=False` tiles and reorders them too: the reference).
+  (decode_cache.py; `shared=False` tiles and reorders them too: the reference).
   `max_len` is the static output length; `max_lens` [batch] optional
   per-sentence maxima (<= max_len), e.g. input length + 50. A sentence stops
   once no live hypothesis can beat its `n_best`-th finished one; the loop ends
@@ -386,7 +386,7 @@ def beam_search(step_fn: StepFn, cache: Any, *, beam_size: int = 4, alpha: float
 
 
 # ------------------------------------------------------------ the cache between steps
-# model/decode_cache.py's wrappers say what a search may do with each part of a cache.
+# decode_cache.py's wrappers say what a search may do with each part of a cache.
 
 
 _POSITIONS = (decode_cache.Positions, decode_cache.Unordered)

@@ -29,7 +29,7 @@ import numpy as np
 
 from t2t_jax import configs
 from t2t_jax import ids
-from t2t_jax.data import shortlist as shortlist_lib
+from t2t_jax.inference import shortlist as shortlist_lib
 from t2t_jax.data import vocab
 from t2t_jax.export import huggingface
 from t2t_jax.export import loading

@@ -1,16 +1,17 @@
-"""Text in, text out with trained models: the translator, BLEU, attention maps.
+"""Text in, text out with trained models, and what a translation command adds to the search.
 
 `from t2t_jax import inference; inference.Translator(workdir).translate([...])`: the one
 way to translate from Python. Its parts are public for the commands, the server and the
-benchmarks: `streaming` (a stream of lines in bounded memory), `text` (the conversions every
-path shares, and the one-model translation of a test set that training scores) and
-`long_inputs` (lines longer than the model takes).
+benchmarks: `streaming` (a stream of lines in bounded memory), `long_inputs` (lines longer
+than the model takes), `shortlist` (the lexical shortlist), `sampling` and `alignment`
+(samples and word alignments beside beam search), `stored_programs` (compiled programs
+kept in a work directory) and `visualize` (attention maps). The text <-> ids conversions
+and BLEU it shares with training are t2t_jax/evaluation/.
 """
 
 import importlib
 
-# Loaded on first use: a training run imports `bleu` and `text` for its test set, and the
-# translator would bring every decoding feature with it.
+# Loaded on first use: the translator brings every decoding feature with it.
 _LAZY = {"Translator": "translator", "load_tokenizer": "translator"}
 
 
@@ -20,5 +21,4 @@ def __getattr__(name: str):
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Translator", "load_tokenizer", "bleu", "long_inputs", "streaming", "text",
-           "translator", "visualize"]
+__all__ = ["Translator", "load_tokenizer", "alignment", "long_inputs", "shortlist", "stored_programs", "streaming", "translator", "visualize"]

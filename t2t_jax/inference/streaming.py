@@ -23,7 +23,7 @@ Output formats (`format_line`, `format_nbest`), documented in README:
 index is the 0-based input line number (as in fairseq and Marian n-best lists);
 score is beam search's length-penalised log-probability (for samples the
 model's log-probability of the sample), with 4 decimals; alignment is
-"i-j i-j ..." (source word i, output word j; `decoding/alignment.py`).
+"i-j i-j ..." (source word i, output word j; `inference/alignment.py`).
 """
 
 from __future__ import annotations
@@ -35,16 +35,16 @@ from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 import numpy as np
 
-from t2t_jax.data import shortlist as shortlist_lib
+from t2t_jax.inference import shortlist as shortlist_lib
 from t2t_jax.data import vocab
-from t2t_jax.decoding import alignment
+from t2t_jax.inference import alignment
 from t2t_jax.decoding import batch_decoder
-from t2t_jax.decoding import sampling
+from t2t_jax.inference import sampling
 from t2t_jax.decoding import sentence_batches
 from t2t_jax.ids import strip_eos
 from t2t_jax.inference import long_inputs as long_inputs_lib
-from t2t_jax.inference import text as text_lib
-from t2t_jax.runtime import stored_programs
+from t2t_jax.evaluation import text as text_lib
+from t2t_jax.inference import stored_programs
 
 log = logging.getLogger(__name__)
 
@@ -170,8 +170,8 @@ def stream(members: Sequence[batch_decoder.Member], tokenizer: vocab.Tokenizer,
   Settings are checked here; lines are read as the iterator is. `shape(sources)`
   makes a batch's id rows (default `sentence_batches.source_rows`): a server
   pads into the shapes it has compiled.
-  `store`: compiled decoding programs kept there (runtime/stored_programs.py).
-  `shortlist`: outputs picked among each batch's candidates (data/shortlist.py).
+  `store`: compiled decoding programs kept there (inference/stored_programs.py).
+  `shortlist`: outputs picked among each batch's candidates (inference/shortlist.py).
   """
   members = tuple(members)
   if batch_size < 1:

@@ -35,16 +35,16 @@ import pathlib
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
 from t2t_jax import configs
-from t2t_jax.data import shortlist as shortlist_lib
+from t2t_jax.inference import shortlist as shortlist_lib
 from t2t_jax.data import vocab
 from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import sentence_batches
 from t2t_jax.ids import bucket_length
 from t2t_jax.inference import long_inputs as long_inputs_lib
 from t2t_jax.inference import streaming
-from t2t_jax.model import quantized
+from t2t_jax.quantization import quantized
 from t2t_jax.runtime import averaging
-from t2t_jax.runtime import stored_programs
+from t2t_jax.inference import stored_programs
 from t2t_jax.runtime import workdir as workdir_lib
 
 log = logging.getLogger(__name__)
@@ -86,7 +86,7 @@ def load_model(path: str | os.PathLike, average: bool = True, **overrides: Any
 def decoding_config(cfg: configs.TransformerConfig) -> configs.TransformerConfig:
   """The config a model decodes with: a bfloat16 one (`dtype="bfloat16"`) as
   `quantization="bfloat16"`, its weights cast to bfloat16 once at load and everything but
-  the products float32 (model/quantized.py); any other as it is."""
+  the products float32 (quantization/quantized.py); any other as it is."""
   if cfg.dtype == "bfloat16" and cfg.quantization is None:
     return cfg.replace(dtype="float32", quantization="bfloat16")
   return cfg
@@ -94,7 +94,7 @@ def decoding_config(cfg: configs.TransformerConfig) -> configs.TransformerConfig
 
 def _member_params(cfg: configs.TransformerConfig, params: Params) -> Params:
   """A trained model's float32 params as the model `cfg` decodes with them: quantised
-  once where `cfg.quantization` asks (model/quantized.py), else as they are."""
+  once where `cfg.quantization` asks (quantization/quantized.py), else as they are."""
   if cfg.quantization is None:
     return params
   return quantized.quantize_params(cfg.model, params)
@@ -134,9 +134,9 @@ class Translator:
     e.g. beam_size=1; the first model's config gives the decoding defaults.
     `programs`: compiled decoding programs are loaded from the work directory's
     `programs/` and what is compiled is stored there (`self.programs`,
-    `programs_directory`; runtime/stored_programs.py), else (the default)
+    `programs_directory`; inference/stored_programs.py), else (the default)
     compiled in each process. `shortlist`: each batch's outputs are picked among
-    the candidates of the work directory's lexical shortlist (data/shortlist.py,
+    the candidates of the work directory's lexical shortlist (inference/shortlist.py,
     built by `t2t-shortlist`), normalised over them.
     """
     same = {**({} if dtype is None else {"dtype": dtype}),

@@ -26,8 +26,8 @@ What each model field chooses (`plugins`, `output_layer`):
   dropout_generator  "hash": `dropout.dropout` (masks from an index hash); "threefry": the
                      model's own `layers.dropout` (`jax.random.bernoulli`); the same on
                      every platform
-  quantization       "int8" or "bfloat16" (decoding only): the products of kernels/int8.py
-                     or kernels/bfloat16.py as the model's `dense` and `fused_dense` and the
+  quantization       "int8" or "bfloat16" (decoding only): the products of quantization/int8.py
+                     or quantization/bfloat16.py as the model's `dense` and `fused_dense` and the
                      search's output layer; each module is imported only then, so training
                      and a float32 model never load it
 """
@@ -178,10 +178,10 @@ def _products(cfg: ModelConfig) -> Any:
   """The module of a quantized model's products, imported only for one; None for float."""
   # pylint: disable=import-outside-toplevel
   if cfg.quantization == "int8":
-    from t2t_jax.kernels import int8
+    from t2t_jax.quantization import int8
     return int8
   if cfg.quantization == "bfloat16":
-    from t2t_jax.kernels import bfloat16
+    from t2t_jax.quantization import bfloat16
     return bfloat16
   return None
 

@@ -1,5 +1,6 @@
-"""The output layer's kernels: the projection onto the vocabulary in either layout, top-k over
-it for the searches, and for training the projection fused with the loss.
+"""The output layer's kernels for the searches: the projection onto the vocabulary in either
+layout, onto a shortlist's rows, and top-k over it. (Training's output layer fused with its
+loss is beside the train step, in train/step.py.)
 
 Decoding. A step's logits come in either layout: [rows, vocab], or `VocabMajor` [vocab,
 rows]. The output projection (section 3.4) has two kernels: `projection`, the reference
@@ -12,7 +13,7 @@ transposes its result (docs/benchmarks.md): one model's searches ask for it
 model's pre-softmax kernel, or a quantized model's products over its own copy of it
 (kernels/choice.py picks it).
 
-A lexical shortlist (data/shortlist.py) projects onto a batch's listed rows of
+A lexical shortlist (inference/shortlist.py) projects onto a batch's listed rows of
 the weights only (`listed_rows`): logits [size, rows] (or [rows, size]) for the
 vocabulary ids `ids` [size], ascending, with `FILLER` (-1) rows after them padding
 the size to a bucket, which score -inf so that they add nothing to a normaliser
@@ -29,19 +30,11 @@ order, go through the exact top-k. The searches call `chosen_top_k` and
 `chosen_best_columns` (the vocabulary-major logits' best log-probabilities, read in
 place: `blocked_best_columns`), which choose by the platform the program is compiled
 for: on a TPU the reference, elsewhere the blocked one.
-
-Training. `output_metrics(features, kernel, targets, smoothing)` is
-`train.step.compute_metrics(features @ kernel.T, ...)` (the reference) with the
-projection and the label-smoothed loss fused under a hand-written gradient: the
-logits are computed once and their gradient written once, (softmax - q) per token,
-instead of the several [tokens, vocab] temporaries autodiff of log_softmax leaves
-behind. At a 37000-word vocabulary those arrays are a large share of a step.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import functools
 import math
 from typing import Any, Callable, Optional
 
@@ -51,7 +44,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax import lax
 
-from t2t_jax.ids import FILLER, PAD_ID
+from t2t_jax.ids import FILLER
 
 Array = jax.Array
 
@@ -241,73 +234,3 @@ def chosen_best_columns(x: Array, n: int, skip: int) -> tuple[Array, Array]:
   `blocked_best_columns` elsewhere."""
   return lax.platform_dependent(x, tpu=lambda x: best_columns(x, n, skip),
                                 default=lambda x: blocked_best_columns(x, n, skip))
-
-
-# ------------------------------------------------------- the output layer and the loss
-
-
-@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
-def output_metrics(features: Array, kernel: Array, targets: Array,
-                   smoothing: tuple[float, float, float]) -> dict[str, Array]:
-  """`train.step.compute_metrics(features @ kernel.T, targets, eps)`, fused with its gradient.
-
-  Args:
-    features: [..., d_model] in the compute dtype (the decoder's last layer).
-    kernel: [vocab, d_model] float32, the pre-softmax weights (shared embedding).
-    targets: [...] int ids; padding (0) weighs 0.
-    smoothing: the smoothed target q (static): its gold probability, every other
-      id's, and its entropy (`train.step.smoothing(eps, vocab)`).
-
-  Returns:
-    The same float32 sums as the reference: `loss`, `nll`, `correct`, `tokens`.
-  """
-  return _output_metrics_fwd(features, kernel, targets, smoothing)[0]
-
-
-def _fused_logits(features, kernel):
-  """[tokens, d] x [vocab, d] -> [tokens, vocab] float32, operands in the features' dtype."""
-  return jnp.dot(features, kernel.astype(features.dtype).T, preferred_element_type=jnp.float32)
-
-
-def _output_metrics_fwd(features, kernel, targets, smoothing):
-  if features.shape[:-1] != targets.shape or kernel.shape[1] != features.shape[-1]:
-    raise ValueError(f"features {features.shape}, kernel {kernel.shape} and targets "
-                     f"{targets.shape} do not match: expected [..., d], [vocab, d] and [...]")
-  vocab = kernel.shape[0]
-  flat = features.reshape(-1, features.shape[-1])                      # [tokens, d]
-  gold_ids = targets.reshape(-1)                                       # [tokens]
-  logits = _fused_logits(flat, kernel)                                 # [tokens, vocab]
-  top = jnp.max(logits, axis=-1)                                       # [tokens]
-  log_z = top + jnp.log(jnp.sum(jnp.exp(logits - top[:, None]), axis=-1))
-  gold = jnp.take_along_axis(logits, gold_ids[:, None], axis=-1)[:, 0]
-  nll = log_z - gold
-  confidence, low, entropy = smoothing
-  # -sum_j q_j log p_j, with log p_j = logit_j - log_z and sum_j q_j = 1.
-  loss = (confidence - low) * nll + low * (vocab * log_z - jnp.sum(logits, axis=-1)) - entropy
-  weights = (gold_ids != PAD_ID).astype(jnp.float32)
-  correct = (gold >= top).astype(jnp.float32)   # ties count, as in the reference
-  sums = {"loss": jnp.sum(loss * weights), "nll": jnp.sum(nll * weights),
-          "correct": jnp.sum(correct * weights), "tokens": jnp.sum(weights)}
-  return sums, (features, kernel, gold_ids, logits, log_z)
-
-
-def _output_metrics_bwd(smoothing, residuals, g):
-  features, kernel, gold_ids, logits, log_z = residuals
-  vocab = kernel.shape[0]
-  confidence, low, _ = smoothing
-  weights = (gold_ids != PAD_ID).astype(jnp.float32)                  # [tokens]
-  # d loss / d logits = p - q and d nll / d logits = p - onehot(gold), per real token.
-  scale = (weights * (g["loss"] + g["nll"]))[:, None]                  # [tokens, 1]
-  gold_weight = (weights * (g["loss"] * (confidence - low) + g["nll"]))[:, None]
-  one_hot = jnp.arange(vocab)[None, :] == gold_ids[:, None]            # fused, never stored
-  d_logits = (scale * jnp.exp(logits - log_z[:, None]) - (weights * g["loss"] * low)[:, None]
-              - jnp.where(one_hot, gold_weight, 0.0)).astype(features.dtype)  # [tokens, vocab]
-  flat = features.reshape(-1, features.shape[-1])                      # [tokens, d]
-  d_features = jnp.dot(d_logits, kernel.astype(features.dtype),
-                       preferred_element_type=jnp.float32)
-  d_kernel = jnp.dot(d_logits.T, flat, preferred_element_type=jnp.float32)
-  return (d_features.astype(features.dtype).reshape(features.shape),
-          d_kernel.astype(kernel.dtype), None)
-
-
-output_metrics.defvjp(_output_metrics_fwd, _output_metrics_bwd)

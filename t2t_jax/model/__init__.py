@@ -9,5 +9,4 @@ from t2t_jax.model.transformer import decode_step as decode_step
 from t2t_jax.model.transformer import init_cache as init_cache
 from t2t_jax.model.transformer import init_params as init_params
 
-__all__ = ["attention", "decode_cache", "decode_step", "init_cache", "init_params", "layers", "plugins",
-           "quantized", "transformer"]
+__all__ = ["attention", "decode_step", "init_cache", "init_params", "layers", "plugins", "transformer"]

@@ -52,7 +52,7 @@ import jax.numpy as jnp
 from jax import lax
 
 from t2t_jax.ids import NEG_INF, PAD_ID
-from t2t_jax.model import decode_cache
+from t2t_jax import decode_cache
 from t2t_jax.model import layers
 
 Array = jax.Array

@@ -17,9 +17,9 @@ attention kernel, dropout masks from a hash, products in int8 or bfloat16) takes
 
 `Plugins()` is the paper's reference forms; `kernels.choice.plugins(cfg)` is what a config
 asks for (its `attention_impl` and `dropout_generator`; a model for decoding in int8 or
-bfloat16 gets its products from kernels/int8.py or kernels/bfloat16.py), and it is what
+bfloat16 gets its products from quantization/int8.py or quantization/bfloat16.py), and it is what
 training and decoding hand in. A `dense` of other parameters (int8 weights and scales) makes another
-parameter tree: the params are then that plug-in's (model/quantized.py converts them).
+parameter tree: the params are then that plug-in's (quantization/quantized.py converts them).
 """
 
 from __future__ import annotations

@@ -35,7 +35,7 @@ import jax.numpy as jnp
 from t2t_jax.configs import ModelConfig
 from t2t_jax.ids import PAD_ID
 from t2t_jax.model import attention as attention_lib
-from t2t_jax.model import decode_cache
+from t2t_jax import decode_cache
 from t2t_jax.model import encoder_decoder
 from t2t_jax.model import layers
 from t2t_jax.model import plugins as plugins_lib
@@ -215,7 +215,7 @@ class Transformer(nn.Module):
   def features(self, inputs: Array, targets: Array, train: bool = False,
                inputs_segments: Optional[Array] = None,
                targets_segments: Optional[Array] = None) -> tuple[Array, Array]:
-    """`__call__` stopped before the output projection, for `logits.output_metrics` (train/step.py).
+    """`__call__` stopped before the output projection, for `output_metrics` (train/step.py).
 
     Returns the decoder's last layer [batch, tgt_len, d_model] (compute dtype) and
     the pre-softmax weights [vocab, d_model] float32; logits = features @ weights.T.
@@ -288,7 +288,7 @@ def init_cache(cfg: ModelConfig, params: Any, inputs: Array, max_decode_len: int
    "self": [per layer {"key": Unordered([batch, heads, d_k, length], axis=3),
                        "value": Unordered([batch, heads, length, d_v], axis=2)}],
    "stored_in": Positions([batch, max_decode_len] int32, axis=1)}, cross-attention
-  keys/values [batch, heads, src_len, d] (model/decode_cache.py says what the wrappers allow;
+  keys/values [batch, heads, src_len, d] (decode_cache.py says what the wrappers allow;
   model/attention.py why the caches are laid out so).
   `max_decode_len` (static) bounds the positions `decode_step` may write.
   """

@@ -23,7 +23,7 @@ import jax
 from t2t_jax import configs
 from t2t_jax.data import dataset
 from t2t_jax.data import vocab
-from t2t_jax.inference import bleu as bleu_lib
+from t2t_jax.evaluation import bleu as bleu_lib
 from t2t_jax.recipes import paper
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import multihost

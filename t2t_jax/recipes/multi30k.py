@@ -1,9 +1,9 @@
-"""Multi30k English->German end to end: fetch the corpus (data/multi30k.py), train the
+"""Multi30k English->German end to end: fetch the corpus (corpora/multi30k.py), train the
 `multi30k` preset with `t2t-train`, then translate its test set each way a CPU user can
 ship the model (float32, int8, bfloat16, each with the lexical shortlist too) and score each
 with sacreBLEU.
 
-    argv = multi30k.train_argv("runs/multi30k", data.multi30k.fetch("data/multi30k"))
+    argv = multi30k.train_argv("runs/multi30k", corpora.multi30k.fetch("data/multi30k"))
     modes = multi30k.compare_modes("runs/multi30k", "data/multi30k/test.en,data/multi30k/test.de")
 
 (`experiments/multi30k.py` runs the three steps.)
@@ -21,9 +21,9 @@ import pathlib
 import time
 from typing import Any, Optional, Sequence
 
-from t2t_jax.data import shortlist
+from t2t_jax.inference import shortlist
 from t2t_jax.data import sources
-from t2t_jax.inference import bleu as bleu_lib
+from t2t_jax.evaluation import bleu as bleu_lib
 from t2t_jax.inference import translator as translator_lib
 from t2t_jax.runtime import workdir as workdir_lib
 

@@ -26,7 +26,7 @@ from typing import Any, Optional, Sequence
 
 from t2t_jax import configs
 from t2t_jax.data import dataset as dataset_lib
-from t2t_jax.inference import bleu as bleu_lib
+from t2t_jax.evaluation import bleu as bleu_lib
 from t2t_jax.recipes import paper
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import workdir as workdir_lib

@@ -30,7 +30,7 @@ import numpy as np
 
 from t2t_jax import configs
 from t2t_jax import inference
-from t2t_jax.decoding import alignment
+from t2t_jax.inference import alignment
 from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import sentence_batches
 from t2t_jax.export import ctranslate2 as ctranslate2_lib
@@ -38,9 +38,9 @@ from t2t_jax.export import exported_search
 from t2t_jax.export import loading
 from t2t_jax.ids import EOS_ID, bucket_length
 from t2t_jax.inference import streaming
-from t2t_jax.inference import text as text_lib
+from t2t_jax.evaluation import text as text_lib
 from t2t_jax.inference import visualize
-from t2t_jax.runtime import heap
+from t2t_jax.serve import heap
 from t2t_jax.runtime import workdir as workdir_lib
 
 log = logging.getLogger(__name__)
@@ -176,7 +176,7 @@ class JaxEngine:
     Every chunk of the search (`batch_decoder.chunk_lengths`) of each shape, so that no
     request pays a compilation; each program runs for a step at most
     (`batch_decoder.compile_beam_programs`), or is loaded from the translator's stored
-    programs (runtime/stored_programs.py). With a shortlist, the programs over the one list
+    programs (inference/stored_programs.py). With a shortlist, the programs over the one list
     size each shape's batches take (`Shortlist.shape_size`). Requests use each shape as soon
     as it is done.
     """

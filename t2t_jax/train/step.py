@@ -16,8 +16,8 @@ cross-entropy's, and a prediction equal to q scores 0 (as in Flax's WMT example)
 perplexity of Table 3. Everything is float32 whatever the logits' dtype; padding
 targets (id 0) weigh 0; functions return sums so that normalisation happens once over
 the global batch. `compute_metrics(logits, ...)` is the reference; the step computes
-the same sums with the output projection fused in (`kernels.logits.output_metrics`,
-a hand-written gradient; tests hold the two equal).
+the same sums with the output projection fused in (`output_metrics`, a hand-written
+gradient, beside it; tests hold the two equal).
 
 The schedule counts updates from 1, as the paper's formula does:
 
@@ -73,7 +73,6 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec as P
 from t2t_jax.configs import TransformerConfig
 from t2t_jax.ids import PAD_ID, SEGMENT_KEYS
 from t2t_jax.kernels import choice
-from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.model import transformer
 
 Array = jax.Array
@@ -163,6 +162,82 @@ def summarize(sums: dict) -> dict[str, float]:
   }
 
 
+# ------------------------------------ the swap-in: the output layer fused with the loss
+# `compute_metrics(features @ kernel.T, ...)` (the reference) with the projection and the
+# label-smoothed loss fused under a hand-written gradient: the logits are computed once and
+# their gradient written once, (softmax - q) per token, instead of the several [tokens,
+# vocab] temporaries autodiff of log_softmax leaves behind. At a 37000-word vocabulary those
+# arrays are a large share of a step. The steps run this one (`batch_metrics`); the tests
+# hold it to the reference.
+
+
+@functools.partial(jax.custom_vjp, nondiff_argnums=(3,))
+def output_metrics(features: Array, kernel: Array, targets: Array,
+                   smoothing: tuple[float, float, float]) -> dict[str, Array]:
+  """`compute_metrics(features @ kernel.T, targets, eps)`, fused with its gradient.
+
+  Args:
+    features: [..., d_model] in the compute dtype (the decoder's last layer).
+    kernel: [vocab, d_model] float32, the pre-softmax weights (shared embedding).
+    targets: [...] int ids; padding (0) weighs 0.
+    smoothing: the smoothed target q (static): its gold probability, every other
+      id's, and its entropy (`smoothing(eps, vocab)`).
+
+  Returns:
+    The same float32 sums as the reference: `loss`, `nll`, `correct`, `tokens`.
+  """
+  return _output_metrics_fwd(features, kernel, targets, smoothing)[0]
+
+
+def _fused_logits(features, kernel):
+  """[tokens, d] x [vocab, d] -> [tokens, vocab] float32, operands in the features' dtype."""
+  return jnp.dot(features, kernel.astype(features.dtype).T, preferred_element_type=jnp.float32)
+
+
+def _output_metrics_fwd(features, kernel, targets, smoothing):
+  if features.shape[:-1] != targets.shape or kernel.shape[1] != features.shape[-1]:
+    raise ValueError(f"features {features.shape}, kernel {kernel.shape} and targets "
+                     f"{targets.shape} do not match: expected [..., d], [vocab, d] and [...]")
+  vocab = kernel.shape[0]
+  flat = features.reshape(-1, features.shape[-1])                      # [tokens, d]
+  gold_ids = targets.reshape(-1)                                       # [tokens]
+  logits = _fused_logits(flat, kernel)                                 # [tokens, vocab]
+  top = jnp.max(logits, axis=-1)                                       # [tokens]
+  log_z = top + jnp.log(jnp.sum(jnp.exp(logits - top[:, None]), axis=-1))
+  gold = jnp.take_along_axis(logits, gold_ids[:, None], axis=-1)[:, 0]
+  nll = log_z - gold
+  confidence, low, entropy = smoothing
+  # -sum_j q_j log p_j, with log p_j = logit_j - log_z and sum_j q_j = 1.
+  loss = (confidence - low) * nll + low * (vocab * log_z - jnp.sum(logits, axis=-1)) - entropy
+  weights = (gold_ids != PAD_ID).astype(jnp.float32)
+  correct = (gold >= top).astype(jnp.float32)   # ties count, as in the reference
+  sums = {"loss": jnp.sum(loss * weights), "nll": jnp.sum(nll * weights),
+          "correct": jnp.sum(correct * weights), "tokens": jnp.sum(weights)}
+  return sums, (features, kernel, gold_ids, logits, log_z)
+
+
+def _output_metrics_bwd(smoothing, residuals, g):
+  features, kernel, gold_ids, logits, log_z = residuals
+  vocab = kernel.shape[0]
+  confidence, low, _ = smoothing
+  weights = (gold_ids != PAD_ID).astype(jnp.float32)                  # [tokens]
+  # d loss / d logits = p - q and d nll / d logits = p - onehot(gold), per real token.
+  scale = (weights * (g["loss"] + g["nll"]))[:, None]                  # [tokens, 1]
+  gold_weight = (weights * (g["loss"] * (confidence - low) + g["nll"]))[:, None]
+  one_hot = jnp.arange(vocab)[None, :] == gold_ids[:, None]            # fused, never stored
+  d_logits = (scale * jnp.exp(logits - log_z[:, None]) - (weights * g["loss"] * low)[:, None]
+              - jnp.where(one_hot, gold_weight, 0.0)).astype(features.dtype)  # [tokens, vocab]
+  flat = features.reshape(-1, features.shape[-1])                      # [tokens, d]
+  d_features = jnp.dot(d_logits, kernel.astype(features.dtype),
+                       preferred_element_type=jnp.float32)
+  d_kernel = jnp.dot(d_logits.T, flat, preferred_element_type=jnp.float32)
+  return (d_features.astype(features.dtype).reshape(features.shape),
+          d_kernel.astype(kernel.dtype), None)
+
+
+output_metrics.defvjp(_output_metrics_fwd, _output_metrics_bwd)
+
+
 # ------------------------------------------------------------- optimiser and schedule
 
 
@@ -215,12 +290,12 @@ def _sum_trees(a, b):
 def batch_metrics(model: transformer.Transformer, params: Any, batch: dict[str, jnp.ndarray],
                   label_smoothing: float, **apply_kwargs) -> dict[str, jnp.ndarray]:
   """`compute_metrics` of the model's logits for one [batch, length] batch, packed or not,
-  with the output projection fused into the loss (`logits.output_metrics`)."""
+  with the output projection fused into the loss (`output_metrics`)."""
   segments = {k: batch[k] for k in SEGMENT_KEYS if k in batch}
   features, kernel = model.apply({"params": params}, batch["inputs"], batch["targets"],
                                  method=transformer.Transformer.features, **segments,
                                  **apply_kwargs)  # [batch, length, d_model], [vocab, d_model]
-  return logits_lib.output_metrics(features, kernel, batch["targets"],
+  return output_metrics(features, kernel, batch["targets"],
                                    smoothing(label_smoothing, kernel.shape[0]))
 
 

@@ -120,7 +120,7 @@ def test_training_and_decoding_run_without_tensorflow_or_optional_packages():
       for name in modules:
         importlib.import_module(name)
       from t2t_jax.train import metrics as metrics_lib
-      from t2t_jax.inference import bleu
+      from t2t_jax.evaluation import bleu
       import tempfile
       workdir = tempfile.mkdtemp()
       writer = metrics_lib.MetricsWriter(workdir)

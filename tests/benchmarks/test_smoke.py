@@ -130,7 +130,7 @@ def _skip_without(need: str | None) -> None:
 @pytest.fixture(scope="module")
 def demo_workdir(trained_workdir, tmp_path_factory):
   """The trained work directory with a few held-out lines as its demo test set."""
-  from t2t_jax.data import demo  # pylint: disable=import-outside-toplevel
+  from t2t_jax.corpora import demo  # pylint: disable=import-outside-toplevel
   workdir = tmp_path_factory.mktemp("bench") / "workdir"
   shutil.copytree(trained_workdir, workdir)
   data = workdir / "data" / "demo"

@@ -1,2 +1,2 @@
 """A package, so that a command's tests (tests/cli/test_bleu.py) and its library's
-(tests/inference/test_bleu.py) may share a file name: pytest imports these as cli.test_*."""
+(tests/evaluation/test_bleu.py) may share a file name: pytest imports these as cli.test_*."""

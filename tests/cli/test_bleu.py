@@ -6,7 +6,7 @@ import pathlib
 import subprocess
 import sys
 
-from t2t_jax.inference import bleu
+from t2t_jax.evaluation import bleu
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 

@@ -20,7 +20,7 @@ from t2t_jax.cli import import_model
 from t2t_jax.cli import shortlist
 from t2t_jax.cli import train
 from t2t_jax.cli import translate
-from t2t_jax.data import demo
+from t2t_jax.corpora import demo
 from t2t_jax.export import huggingface
 from t2t_jax.inference import translator as translator_lib
 from t2t_jax.runtime import averaging

@@ -10,7 +10,7 @@ import extras as extras_lib
 extras_lib.skip_module_if_missing("serve", "fastapi")
 
 from t2t_jax.cli import serve  # noqa: E402  (after the skip)
-from t2t_jax.data import shortlist  # noqa: E402
+from t2t_jax.inference import shortlist  # noqa: E402
 from t2t_jax.data import vocab  # noqa: E402
 from t2t_jax.serve import app as app_lib  # noqa: E402
 from t2t_jax.serve import engines  # noqa: E402

@@ -9,8 +9,8 @@ import pytest
 
 from t2t_jax.cli import shortlist as shortlist_lib
 from t2t_jax.cli import translate
-from t2t_jax.data import demo
-from t2t_jax.data import shortlist
+from t2t_jax.corpora import demo
+from t2t_jax.inference import shortlist
 from t2t_jax.decoding import batch_decoder
 from t2t_jax.ids import FILLER, PAD_ID
 from t2t_jax.inference import translator

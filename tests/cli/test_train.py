@@ -13,7 +13,7 @@ from t2t_jax.cli import average
 from t2t_jax.cli import bleu
 from t2t_jax.cli import train
 from t2t_jax.cli import translate
-from t2t_jax.data import demo
+from t2t_jax.corpora import demo
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import workdir as workdir_lib
 

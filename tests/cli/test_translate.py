@@ -22,13 +22,13 @@ import pytest
 
 import formats
 from t2t_jax.cli import translate
-from t2t_jax.data import demo
+from t2t_jax.corpora import demo
 from t2t_jax.data import textio
 from t2t_jax.data import vocab
 from t2t_jax.decoding import batch_decoder
 from t2t_jax.inference import long_inputs
 from t2t_jax.decoding import sentence_batches
-from t2t_jax.inference import text as text_lib
+from t2t_jax.evaluation import text as text_lib
 from t2t_jax.inference import translator as translator_lib
 
 import trained  # tests/trained.py (tests/ is on sys.path)

@@ -15,7 +15,7 @@ import pytest
 from t2t_jax import configs
 from t2t_jax.data import batching
 from t2t_jax.data import dataset
-from t2t_jax.data import demo
+from t2t_jax.corpora import demo
 from t2t_jax.data import tokenized
 
 

@@ -10,7 +10,7 @@ import sys
 import pytest
 import sentencepiece as spm
 
-from t2t_jax.data import demo
+from t2t_jax.corpora import demo
 from t2t_jax.data import vocab
 from t2t_jax.ids import EOS_ID, PAD_ID, UNK_ID
 
@@ -117,7 +117,7 @@ def test_a_damaged_spm_json_is_written_again_with_a_warning(tokenizer, tmp_path,
 # Builds a vocabulary in argv[1]; prints TRAINED when this process trained it.
 _BUILDER = """
 import sys
-from t2t_jax.data import demo
+from t2t_jax.corpora import demo
 from t2t_jax.data import vocab
 def pairs():
   print("TRAINED", flush=True)

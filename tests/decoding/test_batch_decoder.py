@@ -13,16 +13,16 @@ from jax import monitoring
 import tiny
 from formats import check_well_formed
 from t2t_jax import configs
-from t2t_jax.data import shortlist as shortlist_lib
-from t2t_jax.decoding import alignment
+from t2t_jax.inference import shortlist as shortlist_lib
+from t2t_jax.inference import alignment
 from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import beam_search
-from t2t_jax.decoding import sampling
+from t2t_jax.inference import sampling
 from t2t_jax.ids import EOS_ID, FILLER, PAD_ID
 from t2t_jax.kernels import choice
 from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.model import transformer
-from t2t_jax.runtime import stored_programs
+from t2t_jax.inference import stored_programs
 
 
 TINY = tiny.TINY

@@ -1,10 +1,12 @@
 """decoding/beam_search.py: beam search against brute force on toy step functions (no model); the
 next token is the same whichever layout a step's logits come in; the cache between steps."""
 
-import ast
 import functools
 import itertools
+import os
 import pathlib
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -21,29 +23,19 @@ STATES = 97  # hidden states of the toy step function
 PACKAGE = pathlib.Path(beam_search.__file__).resolve().parents[1]
 
 
-def _package_imports(module):
-  """The package's modules that `module` ("decoding.beam_search") imports in its source."""
-  found = set()
-  for node in ast.walk(ast.parse((PACKAGE / f"{module.replace('.', '/')}.py").read_text())):
-    if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("t2t_jax."):
-      base = node.module[len("t2t_jax."):]
-      for alias in node.names:
-        name = f"{base}.{alias.name}"
-        found.add(name if (PACKAGE / f"{name.replace('.', '/')}.py").exists() else base)
-  return found
-
-
 def test_beam_search_imports_no_model():
-  # What beam search reads, all the way down: the cache's layout and the logits'
-  # (model/decode_cache.py, kernels/logits.py), never the Transformer.
-  seen, todo = set(), ["decoding.beam_search"]
-  while todo:
-    module = todo.pop()
-    if module not in seen:
-      seen.add(module)
-      todo.extend(_package_imports(module))
-  assert {m for m in seen if m.startswith("model")} == {"model.decode_cache"}
-  assert {m for m in seen if m.startswith("decoding")} == {"decoding.beam_search"}
+  # What beam search loads, all the way down, in a fresh interpreter: the cache's contract
+  # and the logits' layouts and top-k (decode_cache.py, kernels/logits.py), never a module
+  # of the model, the model package itself included.
+  code = ("import sys, t2t_jax.decoding.beam_search; "
+          "print(' '.join(m for m in sys.modules if m.startswith('t2t_jax')))")
+  loaded = set(subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                              check=True, cwd=PACKAGE.parent,
+                              env={**os.environ, "PYTHONPATH": str(PACKAGE.parent)}).stdout.split())
+  assert "t2t_jax.decode_cache" in loaded and "t2t_jax.kernels.logits" in loaded
+  assert not {m for m in loaded if m == "t2t_jax.model" or m.startswith("t2t_jax.model.")}, loaded
+  assert {m for m in loaded if m.startswith("t2t_jax.decoding")} == {
+      "t2t_jax.decoding", "t2t_jax.decoding.beam_search"}, loaded
 
 
 def _toy_hash(h, token, position):

@@ -5,8 +5,8 @@ import gzip
 import json
 
 import scripts  # tests/ is on sys.path
-from t2t_jax.data import demo
-from t2t_jax.data import multi30k as multi30k_lib
+from t2t_jax.corpora import demo
+from t2t_jax.corpora import multi30k as multi30k_lib
 from t2t_jax.inference import translator as translator_lib
 
 multi30k = scripts.load("multi30k")

@@ -12,7 +12,7 @@ import pytest
 import scripts  # tests/scripts.py
 from t2t_jax import configs
 from t2t_jax.configs import count_params, get_config
-from t2t_jax.data import demo
+from t2t_jax.corpora import demo
 from t2t_jax.recipes import paper
 
 table3 = scripts.load("table3")

@@ -15,8 +15,8 @@ import pytest
 from export import agreement
 import trained
 from t2t_jax import configs
-from t2t_jax.data import demo
-from t2t_jax.data import shortlist
+from t2t_jax.corpora import demo
+from t2t_jax.inference import shortlist
 from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import beam_search
 from t2t_jax.export import ctranslate2 as ctranslate2_lib

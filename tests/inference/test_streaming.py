@@ -9,7 +9,7 @@ import pytest
 
 import formats
 from t2t_jax import configs
-from t2t_jax.data import demo
+from t2t_jax.corpora import demo
 from t2t_jax.data import vocab
 from t2t_jax.ids import EOS_ID
 from t2t_jax.inference import streaming

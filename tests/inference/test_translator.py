@@ -49,7 +49,7 @@ def test_from_params_translates_as_the_work_directory_does(trained_workdir):
 
 
 def test_int8_translates_mostly_as_float32(trained_workdir):
-  """int8 products change the logits by their rounding (tests/model/test_quantized.py), which
+  """int8 products change the logits by their rounding (tests/quantization/test_quantized.py), which
   may flip a near tie: most held-out sentences, not all, must come out the same. Every
   input and key is fixed, so the count is the same at every run on one machine."""
   import trained  # pylint: disable=import-outside-toplevel  (tests/ is on sys.path)

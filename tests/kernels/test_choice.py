@@ -12,11 +12,11 @@ import pytest
 
 from attention_reference import token_ids
 from t2t_jax import configs
-from t2t_jax.kernels import bfloat16
+from t2t_jax.quantization import bfloat16
 from t2t_jax.kernels import choice
 from t2t_jax.kernels import dropout
 from t2t_jax.kernels import fused_attention
-from t2t_jax.kernels import int8
+from t2t_jax.quantization import int8
 from t2t_jax.kernels import logits as logits_lib
 from t2t_jax.model import attention as attention_lib
 from t2t_jax.model import layers

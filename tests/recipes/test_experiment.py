@@ -15,7 +15,7 @@ import pytest
 import xla_flags  # tests/xla_flags.py
 
 from saved_states import CFG, assert_trees_equal, make_state, np_mean, save_steps
-from t2t_jax.data import demo
+from t2t_jax.corpora import demo
 from t2t_jax.data import vocab
 from t2t_jax.recipes import experiment
 from t2t_jax.runtime import averaging

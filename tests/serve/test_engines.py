@@ -11,7 +11,7 @@ import jax
 import numpy as np
 
 from t2t_jax import inference
-from t2t_jax.data import shortlist
+from t2t_jax.inference import shortlist
 from t2t_jax.ids import EOS_ID, FILLER
 from t2t_jax.serve import app as app_lib
 from t2t_jax.serve import engines

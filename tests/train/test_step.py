@@ -1,7 +1,8 @@
 """train/step.py, top to bottom: the label-smoothed loss against NumPy, the schedule and Adam
 against the paper's formulas, the update against the token-mean gradient (devices, micro-steps,
-packing and bfloat16 change nothing), pmap against shard_map, and `build`'s state and
-programs as every caller gets them."""
+packing and bfloat16 change nothing), pmap against shard_map, `build`'s state and
+programs as every caller gets them, and the output layer fused with the loss against the
+reference loss, gradients included."""
 
 import math
 
@@ -528,3 +529,75 @@ def test_devices_and_parallelism_override_the_config():
   assert '<["batch"=2]>' in lowered.as_text()  # the mesh of the two devices given
   with pytest.raises(ValueError, match="parallelism='pjit'"):
     step_lib.build(CFG, parallelism="pjit")
+
+
+# ------------------------------------------ the output layer fused with the loss
+
+
+def _fused(features, kernel, targets, eps):
+  """The fused output layer + loss with q's constants for eps, as the train step calls it."""
+  return step_lib.output_metrics(features, kernel, targets,
+                                   step_lib.smoothing(eps, kernel.shape[0]))
+
+
+def _features(seed, dtype=jnp.float32, tokens=(3, 7), d=5, vocab=11):
+  rng = np.random.default_rng(seed)
+  features = jnp.asarray(rng.normal(size=(*tokens, d)), dtype)
+  kernel = jnp.asarray(rng.normal(size=(vocab, d)), jnp.float32)
+  targets = rng.integers(1, vocab, size=tokens).astype(np.int32)
+  targets[0, 4:] = 0  # trailing padding
+  targets[2, 1:] = 0
+  return features, kernel, jnp.asarray(targets)
+
+
+@pytest.mark.parametrize("eps", [0.0, 0.1])
+def test_output_metrics_equal_the_reference_and_its_gradient(eps):
+  features, kernel, targets = _features(4)
+
+  def reference(f, k):
+    logits = jnp.einsum("bld,vd->blv", f, k)
+    return step_lib.compute_metrics(logits, targets, eps)
+
+  def fused(f, k):
+    return _fused(f, k, targets, eps)
+
+  want, got = reference(features, kernel), fused(features, kernel)
+  for name in step_lib.METRIC_SUMS:
+    np.testing.assert_allclose(got[name], want[name], rtol=1e-5, err_msg=name)
+  # Both differentiable sums at once, with different weights, so a swapped term shows.
+  combine = lambda f: lambda *a: f(*a)["loss"] + 0.3 * f(*a)["nll"]
+  want_grads = jax.grad(combine(reference), argnums=(0, 1))(features, kernel)
+  got_grads = jax.jit(jax.grad(combine(fused), argnums=(0, 1)))(features, kernel)
+  for w, g in zip(want_grads, got_grads):
+    assert g.dtype == w.dtype and g.shape == w.shape
+    np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
+
+
+def test_a_gold_logit_tied_for_the_largest_counts_as_correct_in_both_paths():
+  # Three tokens, vocabulary 4, d = 4: the kernel is the identity, so logits = features.
+  features = jnp.asarray([[[1.0, 3.0, 3.0, 0.0],     # gold 2 ties id 1 for the top: correct
+                           [1.0, 3.0, 3.0, 0.0],     # gold 3 is below the top: wrong
+                           [0.0, 0.0, 5.0, 1.0]]])   # gold 2 is the top: correct
+  targets = jnp.asarray([[2, 3, 2]])
+  kernel = jnp.eye(4)
+  assert float(_fused(features, kernel, targets, 0.1)["correct"]) == 2.0
+  assert float(step_lib.compute_metrics(features, targets, 0.1)["correct"]) == 2.0
+
+
+def test_output_metrics_in_bfloat16_keep_float32_sums_and_kernel_gradient():
+  features, kernel, targets = _features(5, jnp.bfloat16)
+  sums = _fused(features, kernel, targets, 0.1)
+  assert all(v.dtype == jnp.float32 for v in sums.values())
+  want = step_lib.compute_metrics(
+      jnp.einsum("bld,vd->blv", features.astype(jnp.float32),
+                 kernel.astype(jnp.bfloat16).astype(jnp.float32)), targets, 0.1)
+  np.testing.assert_allclose(sums["loss"], want["loss"], rtol=1e-5)
+  d_features, d_kernel = jax.grad(lambda f, k: _fused(f, k, targets, 0.1)["loss"],
+                                  argnums=(0, 1))(features, kernel)
+  assert d_features.dtype == jnp.bfloat16 and d_kernel.dtype == jnp.float32
+
+
+def test_output_metrics_shape_mismatch_is_a_clear_error():
+  features, kernel, targets = _features(6)
+  with pytest.raises(ValueError, match="do not match"):
+    _fused(features, kernel, targets[:, :3], 0.1)

@@ -25,7 +25,7 @@ import xla_flags  # tests/xla_flags.py
 
 from t2t_jax import configs
 from t2t_jax.data import dataset
-from t2t_jax.data import demo
+from t2t_jax.corpora import demo
 from t2t_jax.runtime import checkpoint
 from t2t_jax.train import metrics as metrics_lib
 from t2t_jax.train import memory

@@ -1,4 +1,4 @@
-"""data/shortlist.py: the table counts what a brute-force count over the pairs gives, in any chunks;
+"""inference/shortlist.py: the table counts what a brute-force count over the pairs gives, in any chunks;
 a batch's candidates hold its sources' entries, the frequent ids, padding and EOS (first)."""
 
 import collections
@@ -7,7 +7,7 @@ import itertools
 import numpy as np
 import pytest
 
-from t2t_jax.data import shortlist
+from t2t_jax.inference import shortlist
 from t2t_jax.ids import EOS_ID, FILLER, PAD_ID, UNK_ID
 
 CORPUS = [("the dog sleeps", "der Hund schläft"), ("the cat sleeps", "die Katze schläft"),

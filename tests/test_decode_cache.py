@@ -1,11 +1,11 @@
-"""model/decode_cache.py: the wrappers say which parts of a cache a search tiles, reorders and
+"""decode_cache.py: the wrappers say which parts of a cache a search tiles, reorders and
 resizes."""
 
 import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from t2t_jax.model import decode_cache
+from t2t_jax import decode_cache
 from t2t_jax.decoding import beam_search
 
 

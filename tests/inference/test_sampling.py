@@ -9,7 +9,7 @@ import pytest
 
 from formats import check_well_formed
 from t2t_jax.decoding import beam_search
-from t2t_jax.decoding import sampling
+from t2t_jax.inference import sampling
 from t2t_jax.ids import EOS_ID, PAD_ID
 
 

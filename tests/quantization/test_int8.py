@@ -1,11 +1,11 @@
-"""kernels/int8.py: int8 products against the float32 one, within the quantisation's rounding."""
+"""quantization/int8.py: int8 products against the float32 one, within the quantisation's rounding."""
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 
 from t2t_jax.ids import FILLER
-from t2t_jax.kernels import int8
+from t2t_jax.quantization import int8
 from t2t_jax.kernels import logits as logits_lib
 
 

@@ -8,7 +8,7 @@ import gzip
 
 import pytest
 
-from t2t_jax.data import multi30k
+from t2t_jax.corpora import multi30k
 from t2t_jax.data import sources
 
 SMALL = {"train": ("train", 3), "dev": ("val", 2), "test": ("test_2016_flickr", 1)}

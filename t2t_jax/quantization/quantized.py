@@ -1,16 +1,16 @@
 """A decoding model's parameters from a float32 model's, made once when a model is loaded.
 
 A config with `quantization="int8"` runs the same Transformer with int8 plug-ins
-(kernels/int8.py, handed in by kernels/choice.py): every Dense product (attention
-projections, feed-forward) a `kernels.int8.Int8Dense` and the search's output projection
+(quantization/int8.py, handed in by kernels/choice.py): every Dense product (attention
+projections, feed-forward) a `quantization.int8.Int8Dense` and the search's output projection
 over an int8 copy of the pre-softmax weights ("output_projection", beside the float32
 embeddings the lookups read); embeddings, LayerNorm, biases and the attention itself stay
 float32 and so do the softmax and the search. `quantize_params` turns a trained model's
 float32 params into that model's: each kernel [*in, *out] flattened to [in, out],
-transposed and quantised per output channel (`kernels.int8.quantize`).
+transposed and quantised per output channel (`quantization.int8.quantize`).
 
 A config with `quantization="bfloat16"` runs the same Transformer with bfloat16 plug-ins
-(kernels/bfloat16.py): its products' operands in bfloat16 accumulating in float32 and
+(quantization/bfloat16.py): its products' operands in bfloat16 accumulating in float32 and
 everything else float32; `quantize_params` casts its Dense kernels and embedding tables to
 bfloat16 once (`BFLOAT16`), so that no program casts them at every step.
 """
@@ -26,7 +26,7 @@ import jax.numpy as jnp
 
 from t2t_jax.configs import ModelConfig
 from t2t_jax.kernels import choice
-from t2t_jax.kernels import int8
+from t2t_jax.quantization import int8
 from t2t_jax.model import transformer
 
 Params = Any

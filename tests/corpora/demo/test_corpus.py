@@ -4,8 +4,8 @@ import re
 
 import pytest
 
-from t2t_jax.data import demo
-from t2t_jax.data.demo import syntax
+from t2t_jax.corpora import demo
+from t2t_jax.corpora.demo import syntax
 
 
 @pytest.fixture(scope="module")

@@ -34,7 +34,7 @@ from typing import Any, Optional, Sequence
 
 import sacrebleu
 
-from t2t_jax.inference import text
+from t2t_jax.evaluation import text
 
 log = logging.getLogger(__name__)
 NO_SACREMOSES = ("not computed: sacremoses is not installed (pip install sacremoses, or bring "

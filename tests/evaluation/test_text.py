@@ -1,4 +1,4 @@
-"""inference/text.py: text <-> ids as every translation path reads and writes them; the plain
+"""evaluation/text.py: text <-> ids as every translation path reads and writes them; the plain
 one-model translation of a test set (what training scores) gives the Translator's translations,
 blank lines and cut long lines included."""
 
@@ -9,8 +9,8 @@ import pytest
 from random_run import LINES, LONG
 from t2t_jax.data import textio
 from t2t_jax.ids import UNK_ID
-from t2t_jax.inference import bleu
-from t2t_jax.inference import text as text_lib
+from t2t_jax.evaluation import bleu
+from t2t_jax.evaluation import text as text_lib
 from t2t_jax.inference import translator as translator_lib
 
 

@@ -63,7 +63,8 @@ log = logging.getLogger(__name__)
 DIRECTORY = "programs"
 # What the stored programs are traced from, relative to the t2t_jax package: an
 # edit there may change a program, so it makes every stored program stale.
-TRACED_FROM = ("model", "decoding", "kernels", "configs.py", "ids.py")
+TRACED_FROM = ("model", "decoding", "kernels", "quantization", "inference/sampling.py",
+               "configs.py", "ids.py", "decode_cache.py")
 # Manifest format; a change makes older manifests stale.
 FORMAT = 1
 # An executable that JAX's persistent compilation cache returned, serialized again,

@@ -8,7 +8,7 @@ int8 x int8 -> int32 and the two scales turn the sums back into float32
 (`int8_product`, `vocab_major_int8_product`). Only the integer product pays on XLA
 CPU: int8 weights converted to float32 inside a program run slower than float32 weights
 (docs/benchmarks.md, "int8 decoding"). The reference, `reference_product`, multiplies
-the unquantised activations by the dequantised weights; tests/kernels/test_int8.py
+the unquantised activations by the dequantised weights; tests/quantization/test_int8.py
 holds the two within the rounding error of the activations' quantisation.
 
 A config with `quantization="int8"` (decoding only: `t2t-translate --int8`) hands the
@@ -16,7 +16,7 @@ Transformer the plug-ins here (model/plugins.py; kernels/choice.py imports this 
 then, so training and a float32 model never load it): every projection an `Int8Dense`
 (`dense`), decoding's query, key and value projections one int8 product (`fused_dense`),
 and the search's output projection int8 over the int8 copy of the pre-softmax weights
-(`OUTPUT`). model/quantized.py converts a float32 model's params.
+(`OUTPUT`). quantization/quantized.py converts a float32 model's params.
 """
 
 from __future__ import annotations
@@ -122,7 +122,7 @@ def project_logits(hidden: Array, kernel: Int8Kernel, layout: str = "row_major")
 
 def output_kernel(params: Any, kernel: Array) -> Int8Kernel:
   """The int8 copy of the pre-softmax weights an int8 model's params hold beside the float32
-  embeddings the lookups read ("output_projection", made by model/quantized.py)."""
+  embeddings the lookups read ("output_projection", made by quantization/quantized.py)."""
   del kernel
   return params["output_projection"]
 
@@ -135,7 +135,7 @@ class Int8Dense(nn.Module):
   """`nn.DenseGeneral` for decoding with int8 weights: x [..., *in] -> [..., *features] float32.
 
   Contracts x's last `inputs` axes with an `Int8Kernel` "kernel" ([prod(features),
-  prod(in)], the float kernel flattened and transposed: model/quantized.py) and adds a
+  prod(in)], the float kernel flattened and transposed: quantization/quantized.py) and adds a
   float32 "bias" [*features] (as `nn.DenseGeneral`'s) if `use_bias`. Its own initial
   values are zeros: its parameters come from a float32 model's.
   """

@@ -23,7 +23,7 @@ from t2t_jax.ids import UNK_ID
 log = logging.getLogger(__name__)
 
 # (tokenizer, text, target) -> (ids without EOS, the word of each id):
-# decoding/alignment.py's `encode_words`.
+# inference/alignment.py's `encode_words`.
 Words = Callable[[vocab.Tokenizer, str, bool], tuple[list[int], list[int]]]
 
 

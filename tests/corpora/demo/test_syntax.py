@@ -1,9 +1,9 @@
-"""data/demo/syntax.py: the demo grammar's number words in both languages (the grammar at
-work in a generated corpus: tests/data/demo/test_corpus.py)."""
+"""corpora/demo/syntax.py: the demo grammar's number words in both languages (the grammar at
+work in a generated corpus: tests/corpora/demo/test_corpus.py)."""
 
 import pytest
 
-from t2t_jax.data.demo import syntax
+from t2t_jax.corpora.demo import syntax
 
 
 def test_number_words():

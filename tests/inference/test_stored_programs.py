@@ -14,7 +14,7 @@ import pytest
 from jax import monitoring
 
 from t2t_jax import configs
-from t2t_jax.runtime import stored_programs
+from t2t_jax.inference import stored_programs
 
 MODEL = configs.get_config("demo", num_layers=1).model
 

@@ -6,7 +6,7 @@ import math
 import pytest
 import sacrebleu
 
-from t2t_jax.inference import bleu
+from t2t_jax.evaluation import bleu
 
 REFS = [
     "Die Rich-Text-Datei kostet 3,50 Euro.",

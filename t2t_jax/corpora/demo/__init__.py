@@ -8,8 +8,8 @@
 English and German word order, `lexicon.py` holds the words (data only).
 """
 
-from t2t_jax.data.demo.corpus import corpus_paths as corpus_paths
-from t2t_jax.data.demo.corpus import generate as generate
-from t2t_jax.data.demo.corpus import write_corpus as write_corpus
+from t2t_jax.corpora.demo.corpus import corpus_paths as corpus_paths
+from t2t_jax.corpora.demo.corpus import generate as generate
+from t2t_jax.corpora.demo.corpus import write_corpus as write_corpus
 
 __all__ = ["corpus_paths", "generate", "write_corpus"]

@@ -1,4 +1,4 @@
-"""kernels/bfloat16.py: the bfloat16 model's plug-ins multiply bfloat16 operands into float32
+"""quantization/bfloat16.py: the bfloat16 model's plug-ins multiply bfloat16 operands into float32
 results, the fused projection is the three layers side by side, and the output projection
 rounds its features to bfloat16."""
 
@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from t2t_jax.kernels import bfloat16
+from t2t_jax.quantization import bfloat16
 from t2t_jax.kernels import logits as logits_lib
 
 RNG = np.random.default_rng(0)

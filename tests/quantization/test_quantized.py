@@ -1,8 +1,8 @@
-"""model/quantized.py and the int8 and bfloat16 models: their params from float32 ones, their
+"""quantization/quantized.py and the int8 and bfloat16 models: their params from float32 ones, their
 logits near float32's; the bfloat16 model's products in bfloat16 accumulating in float32.
 
 The int8 model's logits differ from float32's by the rounding of every product's
-activations and weights (at most half a step, absmax / 127, per element: kernels/int8.py),
+activations and weights (at most half a step, absmax / 127, per element: quantization/int8.py),
 which compounds over the layers; on these tiny random models that is a few percent of the
 logits' range, so the bounds below are loose by design and fixed keys make them repeatable.
 """
@@ -19,8 +19,8 @@ import pytest
 from t2t_jax import configs
 from t2t_jax.decoding import batch_decoder
 from t2t_jax.kernels import choice
-from t2t_jax.kernels import int8
-from t2t_jax.model import quantized
+from t2t_jax.quantization import int8
+from t2t_jax.quantization import quantized
 from t2t_jax.model import transformer
 from t2t_jax.train import step as step_lib
 

@@ -6,7 +6,7 @@ import platform
 
 import pytest
 
-from t2t_jax.runtime import heap
+from t2t_jax.serve import heap
 
 
 @pytest.mark.skipif(platform.libc_ver()[0] != "glibc", reason="malloc_trim is glibc's")

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from typing import Optional
 
-from t2t_jax.data.demo import lexicon
+from t2t_jax.corpora.demo import lexicon
 
 
 def number_words(n: int) -> tuple[str, str]:

@@ -1,6 +1,6 @@
 """bfloat16 products for decoding: the plug-ins of a `quantization="bfloat16"` model.
 
-The model's weights are cast to bfloat16 once at load (model/quantized.py); every product
+The model's weights are cast to bfloat16 once at load (quantization/quantized.py); every product
 multiplies bfloat16 operands and accumulates in and returns float32, and everything else
 (activations, LayerNorm, the attention's own products over float32 caches, softmax, the
 search) stays float32. Measured on an AMD EPYC with avx512_bf16 and avx512_vnni (no AMX),

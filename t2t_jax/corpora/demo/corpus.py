@@ -33,8 +33,8 @@ import os
 import random
 from typing import Optional
 
-from t2t_jax.data.demo import lexicon
-from t2t_jax.data.demo.syntax import (ADJ_WORDS, NOUN_LIST, NP, VERB_LIST, Clause, Verb,
+from t2t_jax.corpora.demo import lexicon
+from t2t_jax.corpora.demo.syntax import (ADJ_WORDS, NOUN_LIST, NP, VERB_LIST, Clause, Verb,
                                       number_words, pp_german, render)
 
 log = logging.getLogger(__name__)
