@@ -56,7 +56,8 @@ class TransformerConfig:
   max_len: int = _field(512, "longest position the model supports (learned table size)")
   share_embeddings: bool = _field(
       True, "one matrix for the source and target embeddings and the pre-softmax projection")
-  dtype: str = _field("float32", "compute dtype: float32 or bfloat16; params stay float32")
+  dtype: str = _field("float32", "compute dtype: float32 or bfloat16; training keeps params "
+                      "float32, decoding casts weights at load")
   attention_window: Optional[int] = _field(
       None, "restricted self-attention radius r (Table 1); None: full attention")
   # "fused": kernels/fused_attention.py (cuDNN flash attention on NVIDIA GPUs

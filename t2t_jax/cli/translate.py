@@ -157,7 +157,8 @@ def _parser(cfg: Optional[configs.TransformerConfig] = None) -> argparse.Argumen
                      help="pick each batch's outputs among the candidates of the work "
                           "directory's lexical shortlist (built by t2t-shortlist)")
   speed.add_argument("--dtype", choices=("float32", "bfloat16"),
-                     help="compute dtype (parameters stay float32); "
+                     help="bfloat16: weights cast to bfloat16 once at load, every product "
+                          "bfloat16 x bfloat16 accumulating in float32, the rest float32; "
                           + flags.config_default(cfg, "dtype"))
   speed.add_argument("--int8", action="store_true",
                      help="int8 weights (quantised at load) and activations in the Dense "
