@@ -1,5 +1,6 @@
 """The docs quote the demo preset as it is and name no path of the machine they were written
-on; the code's pointers into docs/benchmarks.md name sections it has."""
+on; the code's pointers into docs/benchmarks.md name sections it has; every file the docs, the
+requirements files and setup.py name exists."""
 
 import pathlib
 import re
@@ -13,6 +14,8 @@ DOCS = [ROOT / "README.md", *sorted((ROOT / "docs").glob("*.md"))]
 CODE = sorted(p for folder in ("t2t_jax", "benchmarks", "experiments")
               for p in (ROOT / folder).rglob("*.py"))
 DEMO = configs.get_config("demo")
+# What names the package's files: the docs, the requirements files' comments, setup.py.
+POINTING = [*DOCS, *sorted(ROOT.glob("requirements*.txt")), ROOT / "setup.py"]
 
 
 def _demo_quotes():
@@ -73,3 +76,16 @@ def test_the_code_points_at_benchmark_sections_that_exist():
   missing = [(path, name) for path, name in pointers
              if not any(name.lower() in heading for heading in headings)]
   assert not missing, f"no such section in docs/benchmarks.md: {missing}"
+
+
+@pytest.mark.parametrize("path", POINTING, ids=lambda p: p.name)
+def test_the_python_files_a_doc_names_exist(path):
+  # "runtime/platform.py" is the package's (t2t_jax/...), "tests/train/test_resume.py" the
+  # repository's; a bare "predict.py" is one somewhere in the tree. A module merged or moved
+  # leaves its old name behind in prose no import checks.
+  names = re.findall(r"(?<![\w/.-])((?:[\w-]+/)*[\w-]+\.py)\b", path.read_text())
+  files = {p.name for p in ROOT.rglob("*.py")}
+  missing = sorted({name for name in names
+                    if not ((ROOT / name).is_file() or (ROOT / "t2t_jax" / name).is_file()
+                            or ("/" not in name and name in files))})
+  assert not missing, f"{path.name} names files that do not exist: {missing}"
