@@ -1,8 +1,10 @@
-"""The README's promises: its layer-reuse example runs, CI runs its test command."""
+"""The README's promises: its layer-reuse example runs, CI runs its test command (and says
+truly why a step stopped)."""
 
 import os
 import pathlib
 import re
+import subprocess
 
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -33,6 +35,29 @@ def test_every_ci_step_runs_under_a_time_limit_of_its_own():
   # Outside run_step nothing runs a test.
   outside = [line for line in ci.splitlines() if "pytest" in line and line.startswith(("python", "XLA"))]
   assert not outside, outside
+
+
+def _run_step(body: str) -> subprocess.CompletedProcess:
+  """.ci/run's own run_step running a step whose body is `body`, with a 1-minute limit."""
+  ci = (ROOT / ".ci" / "run").read_text()
+  run_step = re.search(r"^run_step\(\) \{\n.*?^\}\n", ci, re.M | re.S).group(0)
+  script = (f"set -euo pipefail\ndeclare -A LIMITS=([fake]=1)\n{run_step}"
+            f"fake() {{ {body}; }}\nexport -f fake\nrun_step fake 'a fake step'\n")
+  return subprocess.run(["bash", "-c", script], capture_output=True, text=True, timeout=60)
+
+
+def test_a_ci_step_killed_inside_its_limit_is_not_said_to_have_run_over():
+  # SIGKILL (137) is also the OOM killer's; only a kill once the limit is past is the limit's.
+  killed = _run_step("kill -KILL $BASHPID")
+  assert killed.returncode == 1, killed
+  last = killed.stdout.splitlines()[-1]
+  assert last.startswith("CI step 'a fake step' was killed (exit status 137) after 0 min "), last
+  assert "inside its 1-minute limit: out of memory" in last and "ran over" not in last, last
+  # 124 is timeout's own: the step ran over its limit.
+  stopped = _run_step("exit 124")
+  assert stopped.returncode == 1, stopped
+  assert stopped.stdout.splitlines()[-1] == (
+      "CI step 'a fake step' ran over its 1-minute limit and was stopped")
 
 
 def test_first_command_runs_the_demo_script():
