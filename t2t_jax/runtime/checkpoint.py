@@ -36,6 +36,7 @@ import logging
 import os
 import pathlib
 import re
+import shutil
 import time
 import warnings
 from typing import Any, Callable, Iterator, Optional, Sequence
@@ -259,6 +260,14 @@ def read_manager(directory: pathlib.Path,
       handler_registry=handler_registry(tree_handler))
 
 
+def _free_bytes(directory: pathlib.Path) -> int:
+  """Bytes an unprivileged writer may still use on the file system of `directory` (or of
+  its nearest existing parent)."""
+  while not directory.exists() and directory != directory.parent:
+    directory = directory.parent
+  return shutil.disk_usage(directory).free
+
+
 def _set_aside(path: pathlib.Path) -> pathlib.Path:
   """Renames a broken step directory so that orbax no longer sees it as a step."""
   target = path.with_name(path.name + CORRUPT_SUFFIX)
@@ -383,12 +392,29 @@ class Checkpointer:
     if interim:
       self._retention.interim.add(step)
     host_state = _host_copy(state)
-    with self._writing():  # also reports a failure of the previous (asynchronous) save
+    with self._writing():  # a failure of the previous (asynchronous) save shows here
+      self._manager.wait_until_finished()  # as orbax's save would, first
+    self._writing_step = step
+    with self._writing():
+      self._check_space(host_state)
       self._manager.save(step, force=True, args=ocp.args.Composite(
           state=ocp.args.StandardSave(host_state), meta=ocp.args.JsonSave(meta)))
-    self._writing_step = step
     self._last_save_time = self._clock()
     return True
+
+  def _check_space(self, host_state: PyTree) -> None:
+    """ENOSPC before anything is written when the disk has less room than the state's size.
+
+    A save orbax starts and the disk cannot hold does not end cleanly: its array writes
+    run together, the first to fail ends their event loop and the others finish on a
+    closed one ("Event loop is closed" tracebacks, after the error has been reported).
+    Process 0 measures (it writes the arrays), so every process raises alike.
+    """
+    needed = sum(leaf.nbytes for leaf in jax.tree.leaves(host_state))
+    short = multihost.agree(
+        "checkpoint_space", lambda: "1" if _free_bytes(self.directory) < needed else "")
+    if short:
+      raise OSError(errno.ENOSPC, os.strerror(errno.ENOSPC), str(self.directory))
 
   @contextlib.contextmanager
   def _writing(self) -> Iterator[None]:
