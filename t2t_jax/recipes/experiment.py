@@ -12,11 +12,12 @@ measured, are in docs/benchmarks.md).
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import pathlib
 import time
-from typing import Any
+from typing import Any, Optional
 
 import jax
 
@@ -37,7 +38,8 @@ def run(cfg: configs.TransformerConfig, workdir: str | os.PathLike,
         init_params: Any = None) -> dict[str, Any]:
   """Trains, averages the last `cfg.average_last` checkpoints, scores the test set.
 
-  Writes `workdir/results.json` and `workdir/test.hyp` and returns the results;
+  Writes `workdir/results.json` and `workdir/test.hyp` and returns the results (on a
+  finished run, which it only re-scores, results.json keeps `TRAINING_MEASURES`);
   without a test set (dataset "text" with no test_files) the BLEU scores are
   None and no test.hyp is written. `init_params` start a new run from given
   params (fine-tuning: `finetune_params`).
@@ -84,8 +86,7 @@ def _run(cfg: configs.TransformerConfig, workdir: pathlib.Path,
       "dev_accuracy": summary["dev_accuracy"],
       "steps": summary["final_step"],
       "averaged_steps": averaging.averaged_steps(workdir),
-      "train_tokens_per_s": summary["tokens_per_s"],
-      "train_wall_time_s": round(summary["wall_time_s"], 1),
+      **training_measures(summary, previous_record(workdir / "results.json")),
       "decode_seconds": scores["decode"]["seconds"],
       "wall_time_s": round(time.time() - start, 1),
       "device_kind": jax.devices()[0].device_kind,
@@ -94,6 +95,34 @@ def _run(cfg: configs.TransformerConfig, workdir: pathlib.Path,
   if main:
     workdir_lib.write_json_atomic(workdir / "results.json", results)
   return results
+
+
+# What only training measures. A call that trains no step (its run had finished) only
+# re-scores: these come from the record the run wrote when it trained, not from that call.
+TRAINING_MEASURES = ("train_tokens_per_s", "train_wall_time_s")
+
+
+def training_measures(summary: dict[str, Any], previous: Optional[dict[str, Any]]
+                      ) -> dict[str, Any]:
+  """`TRAINING_MEASURES` from a training summary: its own if it trained, else `previous`'s
+  (the record of the run: results.json, a Table 3 row.json) if that is of the same step,
+  else None (trained before, its measures recorded nowhere)."""
+  if summary["trained_steps"]:
+    return {"train_tokens_per_s": summary["tokens_per_s"],
+            "train_wall_time_s": round(summary["wall_time_s"], 1)}
+  if previous is not None and previous.get("steps") == summary["final_step"]:
+    return {name: previous.get(name) for name in TRAINING_MEASURES}
+  return dict.fromkeys(TRAINING_MEASURES)
+
+
+def previous_record(path: str | os.PathLike) -> Optional[dict[str, Any]]:
+  """The JSON object a run wrote at `path` before, or None (absent or damaged: the run
+  writes it again)."""
+  try:
+    record = json.loads(pathlib.Path(path).read_text())
+  except (OSError, ValueError, UnicodeDecodeError):
+    return None
+  return record if isinstance(record, dict) else None
 
 
 # --- Fine-tuning ----------------------------------------------------------------------

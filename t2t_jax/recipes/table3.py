@@ -18,7 +18,6 @@ per row. Expected: the paper's columns of the table (base: PPL 4.92, BLEU 25.8).
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import pathlib
@@ -27,6 +26,7 @@ from typing import Any, Optional, Sequence
 from t2t_jax import configs
 from t2t_jax.data import dataset as dataset_lib
 from t2t_jax.evaluation import bleu as bleu_lib
+from t2t_jax.recipes import experiment
 from t2t_jax.recipes import paper
 from t2t_jax.runtime import averaging
 from t2t_jax.runtime import workdir as workdir_lib
@@ -97,11 +97,10 @@ def run_row(row: str, cfg: configs.TransformerConfig, workdir: pathlib.Path) -> 
   """Trains one row (or resumes it), then decodes the dev set with its last checkpoint."""
   row_dir = workdir / row
   result_path = row_dir / "row.json"
-  if result_path.exists():
-    done = json.loads(result_path.read_text())
-    if done.get("config") == configs.to_dict(cfg):
-      log.info("Row %s: already done (%s)", row, result_path)
-      return done
+  done = experiment.previous_record(result_path)
+  if done is not None and done.get("config") == configs.to_dict(cfg):
+    log.info("Row %s: already done (%s)", row, result_path)
+    return done
   row_dir.mkdir(parents=True, exist_ok=True)
   _share(workdir, row_dir)
   workdir_lib.check_or_write_config(cfg, row_dir)
@@ -121,7 +120,9 @@ def run_row(row: str, cfg: configs.TransformerConfig, workdir: pathlib.Path) -> 
       "dev_bleu": bleu["paper"]["score"], "paper_dev_bleu": paper_bleu,
       "dev_sacrebleu": bleu["sacrebleu"]["score"],
       "bleu_signatures": {k: bleu[k]["signature"] for k in ("paper", "sacrebleu")},
-      "train_wall_time_s": summary["wall_time_s"], "num_devices": summary["num_devices"],
+      # A row trained before and now only decoded (a decoding field changed) keeps its
+      # training's time.
+      **experiment.training_measures(summary, done), "num_devices": summary["num_devices"],
       "device_kind": summary["device_kind"], "config": configs.to_dict(cfg),
   }
   workdir_lib.write_json_atomic(result_path, result)

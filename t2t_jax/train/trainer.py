@@ -336,6 +336,7 @@ class Trainer:
       evals = self.evaluate()
     return {
         "final_step": self.start_step if last_record is None else last_record["step"],
+        "trained_steps": 0 if last_record is None else last_record["step"] - self.start_step,
         "train_loss": None if last_record is None else last_record["train_loss"],
         "dev_loss": evals["eval_loss"],
         "dev_perplexity": evals["eval_perplexity"],
@@ -369,7 +370,8 @@ def train_and_evaluate(cfg: TransformerConfig, workdir: str | os.PathLike,
   """Trains `cfg.num_train_steps` updates into `workdir` (resuming if it holds a run).
 
   `dataset`: `dataset_lib.prepare(cfg, workdir)`'s result, prepared here if not given.
-  Returns a summary: final_step, train_loss (last logged), dev_loss,
+  Returns a summary: final_step, trained_steps (by this call: 0 for a run that had
+  finished), train_loss (last logged), dev_loss,
   dev_perplexity and dev_accuracy (last evaluation), wall_time_s (set-up and
   training), tokens_per_s (real target tokens per second of training),
   device_kind, num_devices and accum_steps. Raises FloatingPointError, naming

@@ -59,3 +59,15 @@ def test_fetch_train_and_compare_modes(tmp_path, monkeypatch):
   assert both["same_as_float32"] == sum(a == b for a, b in zip(both_hyps, hyps))
   # The recipe's test file is the fetched one, and t2t-train scored that same file.
   assert hyps == (workdir / "test.hyp").read_text().splitlines()
+
+  # Run again, the run finished: it only re-scores, and results.json keeps what only the
+  # training measured (not the re-score's time).
+  trained = json.loads((workdir / "results.json").read_text())
+  assert trained["train_tokens_per_s"] > 0 and trained["train_wall_time_s"] > 0
+  again = multi30k.main([*argv[:3], "--modes=float32", "--repeats=1", *TINY,
+                         "--config.num_train_steps=4"])
+  assert again["train"]["steps"] == 4
+  rescored = json.loads((workdir / "results.json").read_text())
+  training = ("train_tokens_per_s", "train_wall_time_s")
+  assert [rescored[k] for k in training] == [trained[k] for k in training]
+  assert rescored["bleu"] == trained["bleu"]  # the same averaged params, decoded again

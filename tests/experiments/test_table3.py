@@ -70,6 +70,15 @@ def test_two_rows_on_demo_data(tmp_path):
                        *TINY])
   assert [r["dev_perplexity"] for r in again] == [r["dev_perplexity"] for r in results]
 
+  # A decoding setting changed: each row decodes its dev set again without training and
+  # keeps the time its training took (not the new decoding's).
+  greedy = [flag for flag in TINY if not flag.startswith("--config.beam_size=")]
+  redecoded = table3.main(["--rows=D3,E", "--steps=1", "--dataset=demo",
+                           f"--workdir={tmp_path}", *greedy, "--config.beam_size=1"])
+  assert [r["config"]["beam_size"] for r in redecoded] == [1, 1]
+  assert all(r["train_wall_time_s"] > 0 for r in results)
+  assert [r["train_wall_time_s"] for r in redecoded] == [r["train_wall_time_s"] for r in results]
+
 
 def test_bad_rows_and_no_rows_end_in_one_line(capsys):
   with pytest.raises(SystemExit, match="unknown --rows"):

@@ -78,6 +78,32 @@ def test_demo_run_writes_results_then_resumes_and_refuses_a_changed_model(tmp_pa
   assert "different config (d_model: 32 -> 64)" in third.stderr
 
 
+def test_a_call_that_trains_no_step_keeps_the_training_measures_or_has_none():
+  def summary(trained_steps):
+    return {"trained_steps": trained_steps, "final_step": 5, "tokens_per_s": 9.0,
+            "wall_time_s": 2.04}
+  previous = {"steps": 5, "train_tokens_per_s": 100.0, "train_wall_time_s": 60.0}
+  ours = {"train_tokens_per_s": 9.0, "train_wall_time_s": 2.0}
+  assert experiment.training_measures(summary(2), previous) == ours  # trained: its own
+  kept = {"train_tokens_per_s": 100.0, "train_wall_time_s": 60.0}
+  assert experiment.training_measures(summary(0), previous) == kept
+  # Trained before and recorded nowhere (results.json damaged, or of another step): unknown,
+  # not the re-score's time.
+  unknown = {"train_tokens_per_s": None, "train_wall_time_s": None}
+  assert experiment.training_measures(summary(0), None) == unknown
+  assert experiment.training_measures(summary(0), {**previous, "steps": 3}) == unknown
+
+
+def test_previous_record_is_none_when_absent_or_damaged(tmp_path):
+  path = tmp_path / "results.json"
+  assert experiment.previous_record(path) is None
+  for damaged in ('{"bleu": ', "[1, 2]", "\udcff"):
+    path.write_text(damaged, errors="surrogateescape")
+    assert experiment.previous_record(path) is None, damaged
+  path.write_text('{"steps": 5}')
+  assert experiment.previous_record(path) == {"steps": 5}
+
+
 def test_describe_and_bad_flags():
   base = _run("--config=base", "--describe")
   assert base.returncode == 0 and "newstest2014 BLEU 27.3" in base.stdout
