@@ -81,8 +81,28 @@ def test_what_is_not_a_marian_model_is_one_line_and_status_1(marian_dir, tmp_pat
   assert e.value.code == 2
 
 
+def _exported_logits_are_ours_in_marians_ids(extras, workdir, out, pairs):
+  """The export `out` of `workdir` on Marian's ids gives `workdir`'s teacher-forced logits."""
+  torch, transformers = extras["torch"], extras["transformers"]
+  cfg = workdir_lib.load_config(workdir)
+  tokenizer = translator_lib.load_tokenizer(workdir)
+  order = huggingface.imported_ids(workdir).order
+  inputs = agreement.padded([tokenizer.encode(en) for en, _ in pairs])
+  targets = agreement.padded([tokenizer.encode_target(de) for _, de in pairs])
+  logits = np.asarray(agreement.forward(cfg, averaging.load_params(workdir), inputs, targets))
+  model = transformers.MarianMTModel.from_pretrained(out).eval()
+  start = np.full((len(pairs), 1), model.config.decoder_start_token_id)
+  with torch.no_grad():
+    theirs = model(input_ids=torch.from_numpy(order[inputs]),
+                   attention_mask=torch.from_numpy(inputs != 0).long(),
+                   decoder_input_ids=torch.from_numpy(
+                       np.concatenate([start, order[targets[:, :-1]]], axis=1))).logits.numpy()
+  real = targets != 0
+  return np.abs(theirs[..., order][real] - logits[real]).max()
+
+
 def test_finetune_lowers_the_dev_loss_on_other_text_and_the_result_translates(
-    imported_workdir, tmp_path, capsys):
+    extras, marian_dir, imported_workdir, tmp_path, capsys):
   # Other text: longer sentences (7-9 words) than the model was trained on (3-6).
   pairs = demo.generate(336, seed=5, min_words=7, max_words=9)
   dev, rest = pairs[:16], pairs[16:]
@@ -106,9 +126,22 @@ def test_finetune_lowers_the_dev_loss_on_other_text_and_the_result_translates(
   assert after < before - 0.05
   # The fine-tuned run keeps both tokenizers and Marian's ids, and translates.
   assert (tuned / "vocab" / "target.model").is_file()
-  assert huggingface.imported_ids(tuned) is not None
   lines = [en for en, _ in dev[:4]]
   assert all(translator_lib.Translator(tuned).translate(lines, beam_size=1))
+  # It exports with Marian's ids: the imported model's, its tokenizer's and its config's.
+  original, kept = huggingface.imported_ids(imported_workdir), huggingface.imported_ids(tuned)
+  assert np.array_equal(kept.order, original.order) and kept[1:] == original[1:]
+  out = huggingface.export_huggingface(tuned, tmp_path / "hf")
+  marian_tokenizer = extras["transformers"].MarianTokenizer
+  ours = translator_lib.load_tokenizer(tuned)
+  assert marian_tokenizer.from_pretrained(out)(lines)["input_ids"] == [
+      list(original.order[ours.encode(line)]) for line in lines] == marian_tokenizer.from_pretrained(
+          marian_dir)(lines)["input_ids"]
+  config, theirs = (json.loads((d / "config.json").read_text()) for d in (out, marian_dir))
+  for field in ("pad_token_id", "eos_token_id", "decoder_start_token_id", "vocab_size"):
+    assert config[field] == theirs[field], field
+  # and the exported weights are the tuned model's in those ids.
+  assert _exported_logits_are_ours_in_marians_ids(extras, tuned, out, dev[:4]) < 1e-4
 
 
 def test_int8_shortlist_and_the_servers_engine_take_the_imported_model(imported_workdir,
