@@ -31,6 +31,10 @@ from extras import pytest_make_collect_report, pytest_runtest_makereport  # noqa
 
 
 def pytest_configure(config):
+  # CI's first step runs these once more compiled as the commands compile (.ci/run: step1).
+  config.addinivalue_line(
+      "markers", "exact: agrees with a reference or another engine to a tight bound, which "
+      "the machine code can move; run again with T2T_JAX_TEST_OPTIMIZE=1")
   # A deprecated JAX, Flax or NumPy API called from t2t_jax's own modules fails the test that
   # reaches it, on every stack CI tests (.ci/run): the newest JAX warns first of what the next
   # release removes. Warnings raised in other libraries' own code are theirs.

@@ -67,11 +67,17 @@ def test_first_command_runs_the_demo_script():
   assert (ROOT / script).exists()
 
 
-def test_the_tests_compile_without_llvm_optimisation_and_ci_once_with_it():
+def test_the_tests_compile_without_llvm_optimisation_and_ci_once_with_it(pytestconfig):
   # tests/conftest.py: the suite's budget rests on it (docs/benchmarks.md, "The test suite"),
-  # and CI's third step covers the machine code the commands run.
+  # and CI covers the machine code the commands run: the core's tests in its third step, the
+  # exactness tests (marked `exact`, registered in tests/conftest.py) after README's command
+  # in its first, where every extra is installed.
   optimised = os.environ.get("T2T_JAX_TEST_OPTIMIZE") == "1"
   assert ("--xla_backend_optimization_level=0" in os.environ["XLA_FLAGS"].split()) != optimised
   ci = (ROOT / ".ci" / "run").read_text()
   step3 = re.search(r"^step3\(\) \{\n(.*?)^\}", ci, re.M | re.S).group(1)
   assert re.search(r"T2T_JAX_TEST_OPTIMIZE=1 XLA_FLAGS=\S+ \\\n\s+python3 -m pytest", step3)
+  step1 = re.search(r"^step1\(\) \{\n(.*?)^\}", ci, re.M | re.S).group(1)
+  assert re.search(r"^\s+readme_tests\n(\s*#.*\n)*\s+T2T_JAX_TEST_OPTIMIZE=1 XLA_FLAGS=\S+ \\\n"
+                   r"\s+python3 -m pytest -q -n 2 -m exact tests$", step1, re.M), step1
+  assert any(line.startswith("exact:") for line in pytestconfig.getini("markers"))

@@ -6,7 +6,8 @@ import os
 
 # The suite's time is mostly XLA compiling small programs, a third of that LLVM optimising
 # them (docs/benchmarks.md, "The test suite"): off, the machine code changes, not the
-# programs JAX lowers. T2T_JAX_TEST_OPTIMIZE=1 compiles as the commands do (CI's third step).
+# programs JAX lowers. T2T_JAX_TEST_OPTIMIZE=1 compiles as the commands do (CI's third step,
+# and its first for the tests marked `exact`).
 NO_LLVM_OPT = "--xla_backend_optimization_level=0"
 
 

@@ -65,6 +65,7 @@ def test_translate_with_a_shortlist_picks_among_its_candidates(workdir, tmp_path
   assert len((tmp_path / "out.txt").read_text().splitlines()) == 2
 
 
+@pytest.mark.exact
 def test_a_table_of_every_piece_translates_as_the_whole_vocabulary(workdir, tmp_path):
   # `t2t-shortlist --frequent <vocabulary size>`: every id, those the targets never use too.
   vocab_size = translator.load_tokenizer(workdir).vocab_size

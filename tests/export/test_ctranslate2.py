@@ -27,6 +27,7 @@ from t2t_jax.decoding import sentence_batches
 from t2t_jax.model import transformer
 
 
+@pytest.mark.exact
 def test_ctranslate2_float32_finds_our_translations_and_scores(extras, ours, trained_workdir,
                                                                tmp_path):
   ctranslate2 = extras["ctranslate2"]
@@ -75,6 +76,7 @@ def _ours(cfg, params, ids, beam_size):
                                      alpha=0.0, batch_size=len(ids))
 
 
+@pytest.mark.exact
 def test_the_documented_recipe_gives_our_translations(extras, ours, trained_workdir, tmp_path):
   cfg, params, _, sources, ids, beam_4 = ours
   out = ctranslate2_lib.export_ctranslate2(trained_workdir, tmp_path / "ct2")
@@ -88,6 +90,7 @@ def test_the_documented_recipe_gives_our_translations(extras, ours, trained_work
                                   f"the recipe at beam {beam_size}")
 
 
+@pytest.mark.exact
 def test_random_parameters_give_our_translations(extras, trained_workdir, tmp_path):
   """Untrained weights run every output to its limit: every weight and limit must match."""
   cfg = trained.config()
@@ -106,6 +109,7 @@ def test_random_parameters_give_our_translations(extras, trained_workdir, tmp_pa
   assert same >= len(texts) - 2, f"beam 4: {same}/{len(texts)} identical"
 
 
+@pytest.mark.exact
 def test_the_shortlist_is_ctranslate2s_vocabulary_map(extras, ours, trained_workdir, tmp_path):
   """With use_vmap=True CTranslate2 picks among the same candidates as our --shortlist."""
   cfg, params, tokenizer, _, ids, _ = ours

@@ -51,6 +51,7 @@ def hf_model(extras, hf_dir):
   return extras["transformers"].MarianMTModel.from_pretrained(hf_dir).eval()
 
 
+@pytest.mark.exact
 def test_transformers_loads_the_export_and_its_logits_equal_ours(extras, ours, hf_dir, hf_model):
   torch, transformers = extras["torch"], extras["transformers"]
   cfg, params, tokenizer, sources, ids, outputs = ours
@@ -71,6 +72,7 @@ def test_transformers_loads_the_export_and_its_logits_equal_ours(extras, ours, h
   assert hf_tokenizer.batch_decode(outputs) == [tokenizer.decode(o) for o in outputs]
 
 
+@pytest.mark.exact
 def test_transformers_beam_search_finds_our_translations(ours, hf_model):
   cfg, _, _, _, ids, _ = ours
   theirs = exported_search.marian_generate(hf_model, ids, exported_search.output_limits(cfg, ids), beam_size=4,

@@ -60,6 +60,7 @@ def _generate(torch, model, sources, limits, beam_size):
   return outputs
 
 
+@pytest.mark.exact
 def test_teacher_forced_logits_are_transformers_at_every_real_position(extras, theirs,
                                                                        imported_workdir):
   torch = extras["torch"]
@@ -89,6 +90,7 @@ def test_teacher_forced_logits_are_transformers_at_every_real_position(extras, t
   assert difference < 1e-4
 
 
+@pytest.mark.exact
 def test_greedy_translations_are_transformers(extras, theirs, translator):
   model, tokenizer = theirs
   sources = marian.held_out(N)
@@ -105,6 +107,7 @@ def test_greedy_translations_are_transformers(extras, theirs, translator):
   assert all(line.strip() for line in ours)   # it ends its sentences: real translations
 
 
+@pytest.mark.exact
 def test_beam_search_without_length_penalty_finds_transformers_best(extras, theirs,
                                                                     imported_workdir, translator):
   model, _ = theirs
