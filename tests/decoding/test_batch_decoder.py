@@ -81,6 +81,7 @@ def test_top_1_samples_are_the_greedy_output(member):
   np.testing.assert_array_equal(samples, np.repeat(greedy, 2, axis=1))
 
 
+@pytest.mark.exact
 def test_shared_and_chunked_searches_equal_the_tiled_reference(monkeypatch):
   """Cross-attention shared by the beams and a cache grown in chunks change nothing."""
   params = tiny.params()
@@ -202,6 +203,7 @@ def _every_id(vocab_size):
                                  np.arange(3, vocab_size, dtype=np.int32))
 
 
+@pytest.mark.exact
 def test_a_table_of_every_id_decodes_exactly_as_the_whole_vocabulary(member):
   inputs = _inputs(4, [7, 3, 5, 6])
   table = _every_id(TINY.vocab_size)
@@ -247,6 +249,7 @@ def _table(per_source, frequent=()):
   return shortlist_lib.Shortlist(table, np.asarray(frequent, np.int32))
 
 
+@pytest.mark.exact
 def test_decode_batch_picks_among_the_batch_candidates_only(member):
   inputs = _inputs(6, [7, 3, 5, 6])
   search = batch_decoder.Search.from_config(TINY, n_best=2)
@@ -380,6 +383,7 @@ def test_members_must_share_the_vocabulary(members):
 PROJECTED = [SMALL, SMALL.replace(output_bias=True, share_embeddings=False, attention_bias=True)]
 
 
+@pytest.mark.exact
 @pytest.mark.parametrize("cfg", PROJECTED, ids=["paper", "biases_unshared"])
 def test_a_model_step_in_either_layout_is_its_teacher_forced_logits(cfg):
   params = transformer.init_params(cfg.model, jax.random.key(2))

@@ -65,6 +65,7 @@ def test_dropout_zeroes_or_scales_each_element(dropout_fn):
   assert not np.asarray(dropout_fn(x, KEY, 1.0)).any()
 
 
+@pytest.mark.exact
 def test_the_plug_in_runs_the_hash_and_the_reference_is_jax_random_bernoulli():
   x = jnp.ones(SHAPE)
   keep = jax.random.bernoulli(KEY, 0.9, SHAPE)
@@ -74,6 +75,7 @@ def test_the_plug_in_runs_the_hash_and_the_reference_is_jax_random_bernoulli():
                                 dropout.hash_dropout(x, dropout.seeds(KEY), 0.1))
 
 
+@pytest.mark.exact
 @pytest.mark.parametrize("dtype", [jnp.float32, jnp.bfloat16])
 def test_gradient_applies_the_forward_mask(dtype):
   """The custom backward pass rebuilds the mask: it must be the forward one."""

@@ -550,6 +550,7 @@ def _features(seed, dtype=jnp.float32, tokens=(3, 7), d=5, vocab=11):
   return features, kernel, jnp.asarray(targets)
 
 
+@pytest.mark.exact
 @pytest.mark.parametrize("eps", [0.0, 0.1])
 def test_output_metrics_equal_the_reference_and_its_gradient(eps):
   features, kernel, targets = _features(4)
@@ -573,6 +574,7 @@ def test_output_metrics_equal_the_reference_and_its_gradient(eps):
     np.testing.assert_allclose(g, w, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.exact
 def test_a_gold_logit_tied_for_the_largest_counts_as_correct_in_both_paths():
   # Three tokens, vocabulary 4, d = 4: the kernel is the identity, so logits = features.
   features = jnp.asarray([[[1.0, 3.0, 3.0, 0.0],     # gold 2 ties id 1 for the top: correct
@@ -584,6 +586,7 @@ def test_a_gold_logit_tied_for_the_largest_counts_as_correct_in_both_paths():
   assert float(step_lib.compute_metrics(features, targets, 0.1)["correct"]) == 2.0
 
 
+@pytest.mark.exact
 def test_output_metrics_in_bfloat16_keep_float32_sums_and_kernel_gradient():
   features, kernel, targets = _features(5, jnp.bfloat16)
   sums = _fused(features, kernel, targets, 0.1)
