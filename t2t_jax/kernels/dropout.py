@@ -33,6 +33,8 @@ import jax
 import jax.numpy as jnp
 from jax import lax
 
+from t2t_jax.model import layers
+
 Array = jax.Array
 
 
@@ -95,11 +97,8 @@ hash_dropout.defvjp(_hash_dropout_fwd, _hash_dropout_bwd)
 
 def dropout(x: Array, key: Array, rate: float) -> Array:
   """`model.layers.dropout(x, key, rate)` with the hash's masks (`hash_dropout`, seeded from
-  `key`): the model's `dropout_fn` where the config's `dropout_generator` is "hash"."""
-  if not 0.0 <= rate <= 1.0:
-    raise ValueError(f"dropout rate must be in [0, 1], got {rate}")
-  if rate == 0.0:
-    return x
-  if rate == 1.0:
-    return jnp.zeros_like(x)
+  `key`): the model's `dropout_fn` where the config's `dropout_generator` is "hash". Rates 0
+  and 1, and a rate out of range, are the reference's own cases."""
+  if not 0.0 < rate < 1.0:
+    return layers.dropout(x, key, rate)
   return hash_dropout(x, seeds(key), rate)
