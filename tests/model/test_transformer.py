@@ -1,6 +1,7 @@
 """model/transformer.py: properties of the full model (causality, padding, cache == no cache, dtypes)."""
 
 import functools
+import inspect
 
 import flax
 import flax.linen as nn
@@ -10,9 +11,13 @@ import numpy as np
 import pytest
 
 from t2t_jax import configs
+from t2t_jax.ids import NEG_INF
 from t2t_jax.kernels import choice
+from t2t_jax.model import attention as attention_lib
 from t2t_jax.model import layers
 from t2t_jax.model import transformer
+
+from attention_reference import numpy_attention   # tests/attention_reference.py
 
 # Tiny, with d_k != d_v so that a swapped projection cannot go unnoticed.
 CFG = configs.get_config("demo", vocab_size=23, num_layers=2, d_model=16, d_ff=32, num_heads=2,
@@ -157,19 +162,61 @@ def _weights(state, stack, layer, name):
   return np.asarray(w)
 
 
-def test_attention_weights_are_retrievable_and_normalised():
-  _, state = _forward_with_weights(CFG)(_params(CFG), INPUTS, TARGETS)
-  batch, src, tgt, heads = 3, 7, 6, 2
+def _attention_inputs(cfg, params):
+  """One forward pass: ({"intermediates": the sown probabilities}, {an attention's path:
+  (inputs_q, inputs_kv)}), the inputs each `MultiHeadAttention` was called with."""
+  call = inspect.signature(attention_lib.MultiHeadAttention.__call__)
+
+  def forward(params):
+    seen = {}
+    def record(next_fun, args, kwargs, context):
+      if (isinstance(context.module, attention_lib.MultiHeadAttention)
+          and context.method_name == "__call__"):
+        given = call.bind(context.module, *args, **kwargs).arguments
+        kv = given.get("inputs_kv")
+        seen["/".join(context.module.path)] = (given["inputs_q"],
+                                               given["inputs_q"] if kv is None else kv)
+      return next_fun(*args, **kwargs)
+    with nn.intercept_methods(record):
+      _, state = transformer.Transformer(cfg.model).apply(
+          {"params": params}, INPUTS, TARGETS, mutable=["intermediates"])
+    return state, seen
+  return jax.jit(forward)(params)
+
+
+def test_sown_attention_weights_are_each_layers_masked_softmax_of_its_inputs():
+  # Each attention's sown weights, at their documented path, are softmax(Q K^T / sqrt(d_k) +
+  # mask) recomputed in NumPy from that layer's parameters and the inputs it was called with,
+  # the mask from the token ids: real queries and keys, and in the decoder's self-attention
+  # keys at or before the query.
+  params = jax.tree.map(np.asarray, _params(CFG))
+  state, seen = _attention_inputs(CFG, params)
+  src, tgt = np.asarray(INPUTS) != 0, np.asarray(TARGETS) != 0
+  causal = np.tril(np.ones((tgt.shape[1],) * 2, bool))
+  kinds = {("encoder", "self_attention"): (src, src, True),
+           ("decoder", "self_attention"): (tgt, tgt, causal),
+           ("decoder", "cross_attention"): (tgt, src, True)}
   for layer in range(CFG.num_layers):
+    for (stack, name), (real_q, real_kv, allowed) in kinds.items():
+      where = f"{stack}/layers_{layer}/{name}"
+      w = _weights(state, stack, layer, name)
+      assert w.shape == (3, 2, real_q.shape[1], real_kv.shape[1]), where
+      p = params[stack][f"layers_{layer}"][name]
+      inputs_q, inputs_kv = (np.asarray(x, np.float64) for x in seen[where])
+      project = lambda x, kernel: np.einsum("bld,dhk->blhk", x, kernel)
+      mask = real_q[:, None, :, None] & real_kv[:, None, None, :] & allowed
+      _, want = numpy_attention(project(inputs_q, p["query"]["kernel"]),
+                                project(inputs_kv, p["key"]["kernel"]),
+                                project(inputs_kv, p["value"]["kernel"]),
+                                np.where(mask, 0.0, NEG_INF))
+      # Real queries: the reference. A query on padding has nothing to attend to: uniform.
+      rows = np.broadcast_to(real_q[:, None, :], w.shape[:3])
+      np.testing.assert_allclose(w[rows], want[rows], atol=1e-6, err_msg=where)
+      np.testing.assert_allclose(w[~rows], 1.0 / w.shape[-1], atol=1e-6, err_msg=where)
+    # Row 1 has 4 real source tokens: its real queries put no weight on padding.
     enc = _weights(state, "encoder", layer, "self_attention")
     dec = _weights(state, "decoder", layer, "self_attention")
     cross = _weights(state, "decoder", layer, "cross_attention")
-    assert enc.shape == (batch, heads, src, src)
-    assert dec.shape == (batch, heads, tgt, tgt)
-    assert cross.shape == (batch, heads, tgt, src)
-    for w in (enc, dec, cross):
-      np.testing.assert_allclose(w.sum(-1), 1.0, atol=1e-5)
-    # Row 1 has 4 real source tokens: its real queries put no weight on padding.
     assert np.all(enc[1, :, :4, 4:] == 0) and np.all(cross[1, :, :, 4:] == 0)
     assert np.all(np.triu(dec[0], k=1) == 0)
 
