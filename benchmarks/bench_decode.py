@@ -168,8 +168,8 @@ def measure_random(name: str, args) -> list[dict]:
 
   _, beam_decode, model = _driver()
   cfg = _config(name, args)
-  if not cfg.share_embeddings:
-    raise ValueError(f"config {name} has separate output embeddings; this benchmark zeroes "
+  if cfg.embeddings != "shared":
+    raise ValueError(f"config {name} has embeddings={cfg.embeddings!r}; this benchmark zeroes "
                      "the shared one's EOS row")
   params = jax.jit(functools.partial(model.init_params, cfg.model))(jax.random.key(0))
   params["embedding"]["embedding"] = params["embedding"]["embedding"].at[EOS_ID].set(0.0)
@@ -228,7 +228,7 @@ def measure_flax_wmt(name: str, args) -> dict:
   cfg = _config(name, args)
   predict_config = models.TransformerConfig(
       vocab_size=cfg.vocab_size, output_vocab_size=cfg.vocab_size,
-      share_embeddings=cfg.share_embeddings, logits_via_embedding=cfg.share_embeddings,
+      share_embeddings=cfg.embeddings == "shared", logits_via_embedding=cfg.embeddings == "shared",
       emb_dim=cfg.d_model, num_heads=cfg.num_heads, num_layers=cfg.num_layers,
       qkv_dim=cfg.d_model, mlp_dim=cfg.d_ff, max_len=cfg.max_len, deterministic=True,
       decode=True)

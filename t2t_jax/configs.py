@@ -37,8 +37,10 @@ class TransformerConfig:
   """Every setting of one experiment. Defaults are the paper's base model."""
 
   # --- Model (section 3, Table 3 columns) ---
-  vocab_size: int = _field(37000, "shared source+target vocabulary size; id 0 is padding")
-  num_layers: int = _field(6, "N: layers in the encoder and in the decoder")
+  vocab_size: int = _field(
+      37000, "source+target vocabulary size (the source's alone with target_vocab_size); 0: padding")
+  num_layers: int = _field(
+      6, "N: layers in the encoder and in the decoder (the encoder's alone with decoder_layers)")
   d_model: int = _field(512, "width of every layer's input and output (and the embeddings)")
   d_ff: int = _field(2048, "inner width of the position-wise feed-forward layers")
   num_heads: int = _field(8, "h: attention heads per attention layer")
@@ -54,8 +56,11 @@ class TransformerConfig:
   positional_encoding: str = _field(
       "sinusoidal", "sinusoidal, or learned position embeddings (Table 3 row E)")
   max_len: int = _field(512, "longest position the model supports (learned table size)")
-  share_embeddings: bool = _field(
-      True, "one matrix for the source and target embeddings and the pre-softmax projection")
+  # Which of the source embedding, the target embedding and the pre-softmax projection are
+  # one matrix: all three (section 3.4), the two embeddings, the target embedding and the
+  # projection, or none (model/transformer.py's EMBEDDING_PARAMS; docs/model.md).
+  embeddings: str = _field(
+      "shared", "which embedding matrices are one: shared, shared_inputs, tied_output, separate")
   dtype: str = _field("float32", "compute dtype: float32 or bfloat16; training keeps params "
                       "float32, decoding casts weights at load")
   attention_window: Optional[int] = _field(
@@ -84,6 +89,10 @@ class TransformerConfig:
       "interleaved", "sinusoids interleaved (section 3.5's formula) or halves (sines, then cosines)")
   layer_norm_epsilon: float = _field(
       LAYER_NORM_EPSILON, "epsilon of every layer norm (tensor2tensor's 1e-6; torch's 1e-5)")
+  target_vocab_size: Optional[int] = _field(
+      None, "the target side's own vocabulary size (embeddings tied_output, separate); None: same")
+  decoder_layers: Optional[int] = _field(
+      None, "layers in the decoder where it has another depth than the encoder; None: num_layers")
 
   # --- Data (section 5.1) ---
   dataset: str = _field("wmt14_translate/de-en",
@@ -160,6 +169,15 @@ class TransformerConfig:
     return self.d_v if self.d_v is not None else self.d_model // self.num_heads
 
   @property
+  def target_vocab(self) -> int:
+    """The target side's vocabulary size: the output layer's rows."""
+    return self.target_vocab_size if self.target_vocab_size is not None else self.vocab_size
+
+  @property
+  def num_decoder_layers(self) -> int:
+    return self.decoder_layers if self.decoder_layers is not None else self.num_layers
+
+  @property
   def model(self) -> "ModelConfig":
     """The model's own fields: what the model classes and the compiled programs take.
 
@@ -199,7 +217,7 @@ class ModelConfig:
   attention_dropout_rate: float
   positional_encoding: str
   max_len: int
-  share_embeddings: bool
+  embeddings: str
   dtype: str
   attention_window: Optional[int]
   attention_impl: str
@@ -209,9 +227,13 @@ class ModelConfig:
   output_bias: bool
   position_layout: str
   layer_norm_epsilon: float
+  target_vocab_size: Optional[int]
+  decoder_layers: Optional[int]
 
   key_depth = TransformerConfig.key_depth
   value_depth = TransformerConfig.value_depth
+  target_vocab = TransformerConfig.target_vocab
+  num_decoder_layers = TransformerConfig.num_decoder_layers
 
 
 MODEL_FIELDS = tuple(f.name for f in dataclasses.fields(ModelConfig))
@@ -239,14 +261,19 @@ def _one_of(*choices: str) -> tuple[Any, str]:
 DROPOUT_GENERATORS = ("hash", "threefry")  # kernels/dropout.py draws masks with either
 ACTIVATIONS = ("relu", "swish", "gelu")     # model/layers.py's FeedForward computes each
 POSITION_LAYOUTS = ("interleaved", "halves")   # model/layers.py's sinusoidal_encoding
+# Which matrices are one (model/transformer.py's `EMBEDDING_PARAMS` names each's parameters).
+EMBEDDINGS = ("shared", "shared_inputs", "tied_output", "separate")
+# The modes whose target side is a matrix apart from the source embedding: its own vocabulary.
+OWN_TARGET_VOCABULARY = ("tied_output", "separate")
 
 _POSITIVE_INT = (_positive, "a positive integer")
 _POSITIVE_NUMBER = (_positive, "a positive number")
 _FRACTION = (_fraction, "a number in [0, 1)")
 _NON_EMPTY = (bool, "a non-empty string")
+_VOCABULARY = ((lambda v: v >= 4), "an integer >= 4 (3 ids are reserved)")
 
 FIELD_RULES: dict[str, tuple[Any, str]] = {
-    "vocab_size": ((lambda v: v >= 4), "an integer >= 4 (3 ids are reserved)"),
+    "vocab_size": _VOCABULARY,
     "num_layers": _POSITIVE_INT, "d_model": _POSITIVE_INT, "d_ff": _POSITIVE_INT,
     "num_heads": _POSITIVE_INT, "d_k": _POSITIVE_INT, "d_v": _POSITIVE_INT,
     "dropout_rate": _FRACTION, "attention_dropout_rate": _FRACTION,
@@ -258,7 +285,9 @@ FIELD_RULES: dict[str, tuple[Any, str]] = {
     "attention_impl": _one_of("fused", "reference", "cudnn", "core", "core_recompute"),
     "quantization": _one_of("int8", "bfloat16"),
     "activation": _one_of(*ACTIVATIONS), "position_layout": _one_of(*POSITION_LAYOUTS),
-    "layer_norm_epsilon": _POSITIVE_NUMBER,
+    "layer_norm_epsilon": _POSITIVE_NUMBER, "embeddings": _one_of(*EMBEDDINGS),
+    "target_vocab_size": _VOCABULARY,
+    "decoder_layers": _POSITIVE_INT,
     "dataset": _NON_EMPTY, "source_lang": _NON_EMPTY, "target_lang": _NON_EMPTY,
     "data_dir": _NON_EMPTY, "train_files": _NON_EMPTY, "dev_files": _NON_EMPTY,
     "test_files": _NON_EMPTY,
@@ -320,16 +349,22 @@ def accepts(name: str) -> str:
 
 # Fields that earlier versions wrote to config.json and that never changed behaviour.
 _RETIRED_FIELDS = frozenset({"shuffle_buffer_batches"})
+# Fields that earlier versions wrote and the field that says the same now, by value.
+_RENAMED_FIELDS = {"share_embeddings": ("embeddings", {True: "shared", False: "separate"})}
 
 
 def from_dict(fields: dict[str, Any], origin: str = "config") -> TransformerConfig:
   """The config `to_dict` wrote (e.g. a work directory's config.json).
 
-  Retired fields of earlier versions are dropped, so their work directories
-  still load; any other unknown field is a ValueError naming it and `origin`.
+  Retired fields of earlier versions are dropped and renamed ones read as their new field,
+  so their work directories still load (a field they lack takes its default: what they
+  computed); any other unknown field is a ValueError naming it and `origin`.
   """
   known = {f.name for f in dataclasses.fields(TransformerConfig)}
   kept = {k: v for k, v in fields.items() if k not in _RETIRED_FIELDS}
+  for old, (new, values) in _RENAMED_FIELDS.items():
+    if old in kept and new not in kept and kept[old] in values:
+      kept[new] = values[kept.pop(old)]
   unknown = sorted(set(kept) - known)
   if unknown:
     raise ValueError(f"{origin} has unknown config field(s) {unknown}: it was written by "
@@ -351,6 +386,10 @@ def _validate(c: TransformerConfig) -> None:
       raise ValueError(
           f"d_model={c.d_model} is not divisible by num_heads={c.num_heads}; "
           "set d_k and d_v explicitly or change one of them")
+  if c.target_vocab_size is not None and c.embeddings not in OWN_TARGET_VOCABULARY:
+    raise ValueError(f"target_vocab_size={c.target_vocab_size} needs a target embedding of its "
+                     f"own: embeddings={c.embeddings!r} shares the source's; set embeddings to "
+                     f"{' or '.join(repr(e) for e in OWN_TARGET_VOCABULARY)}")
   if c.quantization is not None and c.dtype != "float32":
     raise ValueError(f"quantization={c.quantization!r} runs its products in {c.quantization} and "
                      f"the rest in float32: it cannot be combined with dtype={c.dtype!r}")
@@ -447,7 +486,9 @@ def count_params(c: TransformerConfig) -> int:
 
   Attention projections have no biases (the paper's equations have none) unless
   `attention_bias`; the FFN has b1, b2; every LayerNorm has a scale and a bias;
-  `output_bias` adds one per vocabulary id.
+  `output_bias` adds one per target vocabulary id; `embeddings` says which of the three
+  embedding matrices ([vocab_size, d] for the source, [target_vocab, d] for the others)
+  are one.
   """
   d, h, dk, dv = c.d_model, c.num_heads, c.key_depth, c.value_depth
   attention = d * h * dk * 2 + d * h * dv + h * dv * d       # W^Q, W^K, W^V, W^O
@@ -457,7 +498,10 @@ def count_params(c: TransformerConfig) -> int:
   norm = 2 * d
   encoder_layer = attention + ffn + 2 * norm
   decoder_layer = 2 * attention + ffn + 3 * norm
-  embeddings = c.vocab_size * d * (1 if c.share_embeddings else 3)
+  source, target = c.vocab_size * d, c.target_vocab * d
+  embeddings = {"shared": source, "shared_inputs": source + target,
+                "tied_output": source + target, "separate": source + 2 * target}[c.embeddings]
   positions = 2 * c.max_len * d if c.positional_encoding == "learned" else 0
-  output_bias = c.vocab_size if c.output_bias else 0
-  return c.num_layers * (encoder_layer + decoder_layer) + embeddings + positions + output_bias
+  output_bias = c.target_vocab if c.output_bias else 0
+  return (c.num_layers * encoder_layer + c.num_decoder_layers * decoder_layer + embeddings
+          + positions + output_bias)

@@ -25,17 +25,21 @@ def _init_params():
 
 def _shape_key(cfg):
   """The fields that decide parameter shapes: presets equal on these share one trace."""
-  return (cfg.vocab_size, cfg.num_layers, cfg.d_model, cfg.d_ff, cfg.num_heads, cfg.key_depth,
-          cfg.value_depth, cfg.share_embeddings, cfg.positional_encoding,
-          cfg.max_len if cfg.positional_encoding == "learned" else None)
+  return (cfg.vocab_size, cfg.target_vocab, cfg.num_layers, cfg.num_decoder_layers, cfg.d_model,
+          cfg.d_ff, cfg.num_heads, cfg.key_depth, cfg.value_depth, cfg.embeddings,
+          cfg.positional_encoding, cfg.max_len if cfg.positional_encoding == "learned" else None)
 
 
 def test_count_params_equals_the_real_model_for_every_preset():
   cfgs = [get_config(name) for name in configs.PRESETS]
-  cfgs.append(get_config("demo", share_embeddings=False, positional_encoding="learned",
+  cfgs.append(get_config("demo", embeddings="separate", positional_encoding="learned",
                          d_k=24, d_v=40))
+  # Each embedding mode, a target vocabulary of its own and another decoder depth.
+  cfgs += [get_config("demo", embeddings=mode, decoder_layers=1, output_bias=True,
+                      target_vocab_size=700 if mode in configs.OWN_TARGET_VOCABULARY else None)
+           for mode in configs.EMBEDDINGS]
   unique = {_shape_key(c): c for c in cfgs}
-  assert len(unique) >= 14          # every structurally distinct preset is traced
+  assert len(unique) >= 18          # every structurally distinct preset is traced
   for cfg in unique.values():
     assert count_params(cfg) == _real_count(cfg), cfg
 
@@ -53,7 +57,8 @@ def test_count_params_with_the_published_models_biases():
 def test_the_published_models_options_default_to_the_papers():
   cfg = get_config("base")
   assert (cfg.activation, cfg.attention_bias, cfg.output_bias, cfg.position_layout,
-          cfg.layer_norm_epsilon) == ("relu", False, False, "interleaved", 1e-6)
+          cfg.layer_norm_epsilon, cfg.embeddings, cfg.target_vocab_size,
+          cfg.decoder_layers) == ("relu", False, False, "interleaved", 1e-6, "shared", None, None)
 
 
 def test_table3_counts_within_7_percent_of_the_paper():
@@ -71,8 +76,13 @@ def test_count_params_by_hand_for_base():
   encoder = 4 * 512 * 512 + ffn + 2 * 2 * 512
   decoder = 8 * 512 * 512 + ffn + 3 * 2 * 512
   assert count_params(get_config("base")) == 6 * (encoder + decoder) + 37000 * 512
-  assert count_params(get_config("base", share_embeddings=False)) - \
-      count_params(get_config("base")) == 2 * 37000 * 512
+  base = count_params(get_config("base"))
+  assert count_params(get_config("base", embeddings="separate")) - base == 2 * 37000 * 512
+  assert count_params(get_config("base", embeddings="shared_inputs")) - base == 37000 * 512
+  # A 9000-piece target vocabulary: its embedding tied to the output layer.
+  assert count_params(get_config("base", embeddings="tied_output", target_vocab_size=9000)) \
+      - base == 9000 * 512
+  assert count_params(get_config("base", decoder_layers=1)) == 6 * encoder + decoder + 37000 * 512
 
 
 @pytest.mark.parametrize("kwargs, message", [
@@ -92,6 +102,16 @@ def test_bad_settings_raise_value_error_naming_the_value(kwargs, message):
     get_config("base", **kwargs)
 
 
+def test_a_target_vocabulary_of_its_own_needs_a_target_embedding_of_its_own():
+  with pytest.raises(ValueError, match=r"^target_vocab_size=900 needs a target embedding of its "
+                                       r"own: embeddings='shared_inputs' shares the source's; set "
+                                       r"embeddings to 'tied_output' or 'separate'$"):
+    get_config("demo", embeddings="shared_inputs", target_vocab_size=900)
+  cfg = get_config("demo", embeddings="tied_output", target_vocab_size=900)
+  assert (cfg.vocab_size, cfg.target_vocab, cfg.model.target_vocab) == (1000, 900, 900)
+  assert (cfg.num_decoder_layers, cfg.replace(decoder_layers=1).model.num_decoder_layers) == (3, 1)
+
+
 def test_d_model_not_divisible_is_fine_with_explicit_depths():
   cfg = get_config("base", d_model=500, d_k=50, d_v=60)
   assert (cfg.key_depth, cfg.value_depth) == (50, 60)
@@ -107,6 +127,14 @@ def test_from_dict_reads_old_work_directories_and_names_unknown_fields():
   assert configs.from_dict(configs.to_dict(cfg)) == cfg
   old = {**configs.to_dict(cfg), "shuffle_buffer_batches": 0}  # retired, never used
   assert configs.from_dict(old) == cfg
+  # share_embeddings, which the embedding modes replaced, reads as its mode; a field an
+  # old config.json lacks is its default.
+  old = configs.to_dict(cfg)
+  for name in ("embeddings", "target_vocab_size", "decoder_layers"):
+    del old[name]
+  assert configs.from_dict({**old, "share_embeddings": True}) == cfg
+  assert configs.from_dict({**old, "share_embeddings": False}) == cfg.replace(
+      embeddings="separate")
   with pytest.raises(ValueError, match=r"runs/x/config.json has unknown config field\(s\) "
                                        r"\['d_modle'\]"):
     configs.from_dict({**configs.to_dict(cfg), "d_modle": 3}, "runs/x/config.json")
@@ -119,6 +147,7 @@ _OUT_OF_RANGE = {
     "positional_encoding": "rotary", "max_len": 0, "dtype": "float16", "attention_window": 0,
     "quantization": "int4",
     "activation": "tanh", "position_layout": "rotated", "layer_norm_epsilon": 0.0,
+    "embeddings": "tied", "target_vocab_size": 3, "decoder_layers": 0,
     "attention_impl": "flash",
     "dropout_generator": "philox",
     "dataset": "", "source_lang": "", "target_lang": "", "data_dir": "", "train_files": "",
@@ -143,9 +172,8 @@ def _wrong_type(name):
 
 def test_every_field_but_the_flags_has_a_range_and_a_test():
   assert set(configs.FIELD_RULES) == set(_OUT_OF_RANGE)
-  assert set(_FIELDS) - set(configs.FIELD_RULES) == {"share_embeddings", "compilation_cache",
-                                                           "packing", "attention_bias",
-                                                           "output_bias"}
+  assert set(_FIELDS) - set(configs.FIELD_RULES) == {"compilation_cache", "packing",
+                                                      "attention_bias", "output_bias"}
 
 
 @pytest.mark.parametrize("name", sorted(_FIELDS))
@@ -182,7 +210,9 @@ def test_command_line_errors_name_the_field_and_what_it_accepts(name, capsys):
 def test_accepts_describes_optional_and_enumerated_fields():
   assert configs.accepts("d_k") == "a positive integer or None"
   assert configs.accepts("dtype") == "one of 'float32', 'bfloat16'"
-  assert configs.accepts("share_embeddings") == "true or false"
+  assert configs.accepts("packing") == "true or false"
+  assert configs.accepts("embeddings") == ("one of 'shared', 'shared_inputs', 'tied_output', "
+                                           "'separate'")
   assert get_config("base", learning_rate_scale=2).learning_rate_scale == 2  # an int is a number
 
 

@@ -66,9 +66,11 @@ def model_flops_per_row(cfg: TransformerConfig, length: int) -> float:
 
 
 def attention_flops_per_row(cfg: TransformerConfig, length: int) -> float:
-  """Training FLOPs of a row's attention scores and weighted sums (3 attentions a layer pair)."""
+  """Training FLOPs of a row's attention scores and weighted sums (one attention an encoder
+  layer, two a decoder layer)."""
   h = cfg.num_heads * (cfg.key_depth + cfg.value_depth)
-  return 3.0 * cfg.num_layers * 3 * 2 * length * length * h
+  attentions = cfg.num_layers + 2 * cfg.num_decoder_layers
+  return 3.0 * attentions * 2 * length * length * h
 
 
 SLICED_PREFETCH_NOTE = (

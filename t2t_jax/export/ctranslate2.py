@@ -70,18 +70,26 @@ def _set_ffn(spec: Any, f: weights_lib.FeedForward) -> None:
 # The model options of published models (an imported Marian model's) that this export does
 # not write: such a model goes to transformers and through CTranslate2's own converter.
 _PAPERS_ONLY = ("activation", "attention_bias", "output_bias", "position_layout",
-                "layer_norm_epsilon")
+                "layer_norm_epsilon", "embeddings", "target_vocab_size", "decoder_layers")
 
 
-def check_supported(cfg: configs.TransformerConfig) -> None:
-  """ValueError naming the options this export does not write (an imported model's)."""
+def check_supported(cfg: configs.TransformerConfig, separate_vocabularies: bool = False) -> None:
+  """ValueError naming the options this export does not write (an imported model's), and the
+  way that runs the model."""
   paper = configs.TransformerConfig()
   other = [f"{name}={getattr(cfg, name)!r}" for name in _PAPERS_ONLY
            if getattr(cfg, name) != getattr(paper, name)]
+  if separate_vocabularies:
+    # ct2-transformers-converter registers MarianTokenizer's source vocabulary for both sides.
+    raise ValueError(f"the CTranslate2 export writes the paper's model, not one with "
+                     f"{', '.join(other + ['separate source and target vocabularies'])}, which "
+                     "CTranslate2's Marian converter does not carry either: t2t-translate and "
+                     "t2t-serve --engine jax run it")
   if other:
     raise ValueError(f"the CTranslate2 export writes the paper's model, not one with "
-                     f"{', '.join(other)}: export it with --to huggingface and convert that "
-                     "with ct2-transformers-converter")
+                     f"{', '.join(other)}: t2t-translate and t2t-serve --engine jax run it; for "
+                     "CTranslate2, export it with --to huggingface and convert that with "
+                     "ct2-transformers-converter")
 
 
 def ctranslate2_spec(cfg: configs.TransformerConfig, params: Any, tokens: Sequence[str]) -> Any:

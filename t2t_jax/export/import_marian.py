@@ -122,7 +122,7 @@ def model_fields(config: dict[str, Any], model_dir: pathlib.Path) -> dict[str, A
       d_ff=config["encoder_ffn_dim"], num_heads=config["encoder_attention_heads"],
       dropout_rate=config.get("dropout", 0.1),
       attention_dropout_rate=config.get("attention_dropout", 0.0),
-      max_len=config["max_position_embeddings"], share_embeddings=True,
+      max_len=config["max_position_embeddings"], embeddings="shared",
       positional_encoding="sinusoidal", activation=ACTIVATIONS[activation],
       attention_bias=True, output_bias=True, position_layout="halves",
       layer_norm_epsilon=huggingface.MARIAN_LAYER_NORM_EPSILON)

@@ -68,8 +68,10 @@ class Weights(NamedTuple):
 def check_exportable(cfg: configs.TransformerConfig) -> None:
   """Raises ValueError naming the setting when the engines cannot run this model."""
   problems = []
-  if not cfg.share_embeddings:
-    problems.append("share_embeddings=False (both engines tie one embedding matrix)")
+  if cfg.embeddings != "shared" or cfg.target_vocab_size or cfg.decoder_layers:
+    problems.append(f"embeddings={cfg.embeddings!r}, target_vocab_size={cfg.target_vocab_size}, "
+                    f"decoder_layers={cfg.decoder_layers} (both engines tie one embedding matrix "
+                    "and stacks of one depth)")
   if cfg.positional_encoding != "sinusoidal":
     problems.append(f"positional_encoding={cfg.positional_encoding!r} (only sinusoidal)")
   if cfg.attention_window is not None:

@@ -139,12 +139,13 @@ def format_pairs(pairs: Sequence[tuple[int, int]]) -> str:
 def check_layer_and_head(cfg: configs.ModelConfig, layer: int,
                          head: Optional[int]) -> int:
   """The decoder layer's index (`layer` may count from the end); ValueError if either is missing."""
-  if not -cfg.num_layers <= layer < cfg.num_layers:
-    raise ValueError(f"layer={layer} does not exist: the decoder has {cfg.num_layers} layers "
-                     f"(0..{cfg.num_layers - 1}, or negative from the end)")
+  layers = cfg.num_decoder_layers
+  if not -layers <= layer < layers:
+    raise ValueError(f"layer={layer} does not exist: the decoder has {layers} layers "
+                     f"(0..{layers - 1}, or negative from the end)")
   if head is not None and not 0 <= head < cfg.num_heads:
     raise ValueError(f"head={head} does not exist: the model has {cfg.num_heads} heads")
-  return layer % cfg.num_layers
+  return layer % layers
 
 
 @functools.partial(jax.jit, static_argnames=("model", "layer", "head"))

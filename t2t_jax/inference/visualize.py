@@ -70,8 +70,9 @@ def attention_maps(cfg: Any, params: Any, source_ids: Sequence[int],
   sown = forward(params, jnp.asarray(source[None]), jnp.asarray(target[None]))
 
   def stack(stack_name: str, module: str) -> np.ndarray:
+    layers = cfg.num_layers if stack_name == "encoder" else cfg.num_decoder_layers
     per_layer = [sown[stack_name][f"layers_{i}"][module]["attention_weights"][0][0]
-                 for i in range(cfg.num_layers)]                       # [heads, q, k] each
+                 for i in range(layers)]                               # [heads, q, k] each
     return np.stack([np.asarray(w, dtype=np.float32) for w in per_layer])
 
   return {kind: stack(*where) for kind, where in SOWN_AT.items()}

@@ -145,12 +145,14 @@ class Encoder(nn.Module):
 
 
 class Decoder(nn.Module):
-  """N decoder layers; `step` runs them for one position against per-layer caches."""
+  """N decoder layers (`num_decoder_layers`: the encoder's N unless `decoder_layers`); `step`
+  runs them for one position against per-layer caches."""
   config: ModelConfig
   plugins: plugins_lib.Plugins = plugins_lib.Plugins()
 
   def setup(self):
-    self.layers = [DecoderLayer(self.config, self.plugins) for _ in range(self.config.num_layers)]
+    self.layers = [DecoderLayer(self.config, self.plugins)
+                   for _ in range(self.config.num_decoder_layers)]
 
   def __call__(self, y: Array, encoded: Array, self_bias: attention_lib.Mask,
                cross_bias: attention_lib.Mask, deterministic: bool) -> Array:

@@ -16,12 +16,13 @@ but its conventions.
 from __future__ import annotations
 
 import functools
-from typing import Any, Callable
+from typing import Any, Callable, Optional
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 from jax import lax
+import numpy as np
 
 from t2t_jax.configs import POSITION_LAYOUTS
 from t2t_jax.ids import PAD_ID
@@ -53,28 +54,48 @@ def segment_positions(segments: Array) -> Array:
 # ------------------------------------------------------------------------- positions
 
 
-def sinusoidal_encoding(positions: Array, d_model: int, layout: str = "interleaved") -> Array:
+def sinusoidal_encoding(positions: Array, d_model: int, layout: str = "interleaved",
+                        length: Optional[int] = None) -> Array:
   """[..., d_model] float32 encodings of integer `positions` (section 3.5).
 
   PE(pos, 2i) = sin(pos / 10000^(2i / d_model)) and PE(pos, 2i + 1) = cos(same):
-  sine and cosine interleaved, as the paper writes it. `layout="halves"` (the
-  config's `position_layout`): the same values with all the sines first, then all
-  the cosines, as Marian and tensor2tensor compute them (a fixed permutation of
-  the features).
+  sine and cosine interleaved, as the paper writes it, computed here in float32.
+  `layout="halves"` (the config's `position_layout`): the same functions with all the
+  sines first, then all the cosines, as Marian lays them out (a fixed permutation of the
+  features), read from `halves_table`'s `length` rows, which computes them as Marian's
+  reference does; `positions` must be below `length`.
   """
   if layout not in POSITION_LAYOUTS:
     raise ValueError(f"position layout {layout!r} is not one of {POSITION_LAYOUTS}")
+  if layout == "halves":
+    if length is None:
+      raise ValueError("the halves layout is a table: pass its length (the model's max_len)")
+    return jnp.take(jnp.asarray(halves_table(length, d_model)), jnp.asarray(positions), axis=0)
   two_i = jnp.arange(0, d_model, 2, dtype=jnp.float32)                 # [ceil(d_model / 2)]
   angles = jnp.asarray(positions, jnp.float32)[..., None] / jnp.power(10000.0, two_i / d_model)
-  if layout == "halves":
-    return jnp.concatenate([jnp.sin(angles), jnp.cos(angles)[..., :d_model // 2]], axis=-1)
   pe = jnp.stack([jnp.sin(angles), jnp.cos(angles)], axis=-1)          # [..., d/2, 2]
   return pe.reshape(*pe.shape[:-2], -1)[..., :d_model]
 
 
+@functools.lru_cache(maxsize=8)
+def halves_table(length: int, d_model: int) -> np.ndarray:
+  """[length, d_model] float32: the sines of every frequency, then the cosines, at positions
+  0..length-1, as transformers' MarianSinusoidalPositionalEmbedding computes Marian's table:
+  angles pos / 10000^(2i / d_model) and their sines and cosines in float64 NumPy, cast to
+  float32 once (the same computed in float32, as the interleaved layout is, drifts from them
+  by up to 8e-6 by position 128 and 3.4e-5 by 512 at d_model 512).
+  With an odd d_model the sines take the extra column. Read-only (cached)."""
+  features = np.arange(d_model)
+  angles = np.arange(length)[:, None] / np.power(10000, 2 * (features // 2) / d_model)
+  table = np.concatenate([np.sin(angles[:, 0::2]), np.cos(angles[:, 1::2])], axis=1)
+  table = table.astype(np.float32)
+  table.flags.writeable = False
+  return table
+
+
 def sinusoidal_positions(length: int, d_model: int, layout: str = "interleaved") -> Array:
   """[length, d_model] float32 table of `sinusoidal_encoding` for positions 0..length-1."""
-  return sinusoidal_encoding(jnp.arange(length), d_model, layout)
+  return sinusoidal_encoding(jnp.arange(length), d_model, layout, length)
 
 
 # --------------------------------------------------------------------------- dropout

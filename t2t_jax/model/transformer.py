@@ -43,6 +43,17 @@ from t2t_jax.model import plugins as plugins_lib
 Array = jax.Array
 Cache = dict[str, Any]
 
+# The config's `embeddings`: the parameter each role (the source embedding, the target
+# embedding, the pre-softmax projection) reads; roles naming one parameter share its matrix.
+EMBEDDING_PARAMS: dict[str, dict[str, str]] = {
+    "shared": dict(source="embedding", target="embedding", output="embedding"),     # section 3.4
+    "shared_inputs": dict(source="embedding", target="embedding", output="output_embedding"),
+    "tied_output": dict(source="source_embedding", target="target_embedding",
+                        output="target_embedding"),
+    "separate": dict(source="source_embedding", target="target_embedding",
+                     output="output_embedding"),
+}
+
 
 def shift_right(targets: Array, segments: Optional[Array] = None) -> Array:
   """[batch, length] -> [batch, length]: [t0, t1, ...] becomes [0, t0, t1, ...].
@@ -87,22 +98,21 @@ class Transformer(nn.Module):
     # variance, and as the output projection x . E^T of a layer-normed x has unit
     # variance too (docs/model.md).
     # Looked up in the table's own dtype, then cast to the compute dtype (`_embed`).
-    embed = lambda: nn.Embed(
-        cfg.vocab_size, cfg.d_model, dtype=None, param_dtype=jnp.float32,
+    embed = lambda rows: nn.Embed(
+        rows, cfg.d_model, dtype=None, param_dtype=jnp.float32,
         embedding_init=nn.initializers.normal(stddev=cfg.d_model ** -0.5))
-    if cfg.share_embeddings:
-      self.embedding = embed()
-    else:
-      self.source_embedding = embed()
-      self.target_embedding = embed()
-      self.output_embedding = embed()
+    names = EMBEDDING_PARAMS[cfg.embeddings]
+    for name in dict.fromkeys(names.values()):   # each matrix once, in the roles' order
+      # The source's rows are its vocabulary; the target embedding's and the output's, the
+      # target side's (the same unless `target_vocab_size`).
+      setattr(self, name, embed(cfg.vocab_size if name == names["source"] else cfg.target_vocab))
     if cfg.positional_encoding == "learned":
       # std sqrt(1/2): the per-element variance of the sinusoids it replaces.
       init = nn.initializers.normal(stddev=math.sqrt(0.5))
       self.source_positions = self.param("source_positions", init, (cfg.max_len, cfg.d_model))
       self.target_positions = self.param("target_positions", init, (cfg.max_len, cfg.d_model))
     if cfg.output_bias:   # not the paper's: Marian's final_logits_bias
-      self.output_bias = self.param("output_bias", nn.initializers.zeros, (cfg.vocab_size,))
+      self.output_bias = self.param("output_bias", nn.initializers.zeros, (cfg.target_vocab,))
     self.encoder = encoder_decoder.Encoder(cfg, self.plugins)
     self.decoder = encoder_decoder.Decoder(cfg, self.plugins)
     self.dropout = encoder_decoder.dropout(cfg, self.plugins)
@@ -110,13 +120,16 @@ class Transformer(nn.Module):
   # -------------------------------------------------------------- building blocks
 
   def _embedding(self, role: str) -> nn.Embed:
-    return self.embedding if self.config.share_embeddings else getattr(self, f"{role}_embedding")
+    """The matrix `role` ("source", "target" or "output") reads (`EMBEDDING_PARAMS`)."""
+    return getattr(self, EMBEDDING_PARAMS[self.config.embeddings][role])
 
   def _check_length(self, length: int, what: str) -> None:
-    if self.config.positional_encoding == "learned" and length > self.config.max_len:
-      raise ValueError(
-          f"{what} length {length} exceeds max_len={self.config.max_len} of the learned "
-          "positional table; raise --config.max_len or truncate the inputs")
+    cfg = self.config
+    table = ("learned positional table" if cfg.positional_encoding == "learned" else
+             "halves position table" if cfg.position_layout == "halves" else None)
+    if table is not None and length > cfg.max_len:
+      raise ValueError(f"{what} length {length} exceeds max_len={cfg.max_len} of the {table}; "
+                       "raise --config.max_len or truncate the inputs")
 
   def _embed(self, ids: Array, positions: Array, role: str, deterministic: bool) -> Array:
     """ids [batch, length] at integer `positions` ([length] or [batch, length]) -> [batch, length, d_model]."""
@@ -128,15 +141,16 @@ class Transformer(nn.Module):
       pe = jnp.take(table, positions, axis=0)
     else:
       pe = layers.sinusoidal_encoding(positions, cfg.d_model,          # [(batch,) length, d_model]
-                                      cfg.position_layout)
+                                      cfg.position_layout, cfg.max_len)
     if pe.ndim == 2:
       pe = pe[None]
     x = (x + pe.astype(x.dtype)).astype(encoder_decoder.compute_dtype(cfg))
     return self.dropout(x, deterministic=deterministic)
 
   def output_weights(self) -> tuple[Array, Optional[Array]]:
-    """The output projection's weights (section 3.4): the pre-softmax kernel [vocab, d_model]
-    (the shared embedding by default) and, with `output_bias`, the bias [vocab] (else None)."""
+    """The output projection's weights (section 3.4): the pre-softmax kernel [target vocab,
+    d_model] (the shared embedding by default) and, with `output_bias`, the bias [target
+    vocab] (else None)."""
     bias = self.output_bias if self.config.output_bias else None
     return self._embedding("output").embedding, bias
 

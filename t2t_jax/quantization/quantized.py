@@ -33,9 +33,8 @@ Params = Any
 
 
 def _output_embedding(cfg: ModelConfig, flat_params: dict[tuple[str, ...], Any]) -> jax.Array:
-  """The float32 pre-softmax weights [vocab, d_model] (`Transformer.output_weights`)."""
-  name = "embedding" if cfg.share_embeddings else "output_embedding"
-  return flat_params[(name, "embedding")]
+  """The float32 pre-softmax weights [target vocab, d_model] (`Transformer.output_weights`)."""
+  return flat_params[(transformer.EMBEDDING_PARAMS[cfg.embeddings]["output"], "embedding")]
 
 
 # One program per kernel shape (a base model has four), not one per operation and shape.

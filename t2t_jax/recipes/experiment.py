@@ -139,10 +139,10 @@ def previous_record(path: str | os.PathLike) -> Optional[dict[str, Any]]:
 
 
 # The fields that decide the parameters' shapes, what they compute and how text becomes ids.
-SHAPE_FIELDS = ("vocab_size", "vocab_type", "num_layers", "d_model", "d_ff", "num_heads",
-                "key_depth", "value_depth", "share_embeddings", "positional_encoding",
-                "activation", "attention_bias", "output_bias", "position_layout",
-                "layer_norm_epsilon")
+SHAPE_FIELDS = ("vocab_size", "target_vocab_size", "vocab_type", "num_layers", "decoder_layers",
+                "d_model", "d_ff", "num_heads", "key_depth", "value_depth", "embeddings",
+                "positional_encoding", "activation", "attention_bias", "output_bias",
+                "position_layout", "layer_norm_epsilon")
 
 
 def _shape(cfg: configs.TransformerConfig) -> dict[str, Any]:

@@ -122,6 +122,9 @@ def check_or_write_config(cfg: configs.TransformerConfig, workdir: str | os.Path
       raise ValueError(
           f"{path} is damaged ({e}); restore it, or delete it to resume with the config "
           "given now (it must be the run's config: the checkpoints hold its shapes)") from None
+    # Read as a config, so that a field an earlier version did not write compares as its
+    # default (what that run computed) and a renamed one as its new name.
+    old = dataclasses.asdict(configs.from_dict(old, str(path)))
     new = dataclasses.asdict(cfg)
     changed = sorted(k for k in new if k not in RESUMABLE_FIELDS and old.get(k) != new[k])
     if changed:

@@ -52,8 +52,8 @@ def forward_flops(cfg: TransformerConfig, source_length, target_length):
   # Cross-attention: queries/outputs per target token, keys/values per source token.
   decoder_cross = t * 2 * d * (qk + v) + s * 2 * d * (qk + v) + 2 * t * s * (qk + v)
   decoder = decoder_self + decoder_cross + t * ffn
-  output = 2 * t * d * cfg.vocab_size
-  return cfg.num_layers * (encoder + decoder) + output
+  output = 2 * t * d * cfg.target_vocab
+  return cfg.num_layers * encoder + cfg.num_decoder_layers * decoder + output
 
 
 def train_flops(cfg: TransformerConfig, source_length, target_length):

@@ -26,14 +26,14 @@ def _usage_error(capsys, argv, parser=None):
 def test_preset_then_defaults_then_fields_and_the_script_flags():
   args = _parser().parse_args(
       ["--config=C4", "--config.dropout_rate=0.2", "--config.attention_window=none",
-       "--config.share_embeddings=false", "--config.d_v=16", "--workdir=/tmp/x"])
+       "--config.packing=false", "--config.d_v=16", "--workdir=/tmp/x"])
   cfg = flags.config(args, defaults={"dropout_rate": 0.3, "num_train_steps": 7})
   assert (cfg.d_model, cfg.d_k, cfg.d_v) == (256, 32, 16)        # preset, then override
   assert cfg.dropout_rate == 0.2 and cfg.num_train_steps == 7     # the command line wins
-  assert cfg.attention_window is None and cfg.share_embeddings is False
+  assert cfg.attention_window is None and cfg.packing is False
   assert args.workdir == "/tmp/x"
   assert flags.overrides(args) == {"dropout_rate": 0.2, "attention_window": None,
-                                 "share_embeddings": False, "d_v": 16}
+                                 "packing": False, "d_v": 16}
   cfg = flags.parse_config(["--config.attention_window", "3"], preset="base")
   assert cfg.attention_window == 3 and cfg.d_model == 512
   assert flags.parse_config([]) == configs.get_config("demo")

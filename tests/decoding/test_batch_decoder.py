@@ -379,8 +379,10 @@ def test_members_must_share_the_vocabulary(members):
     batch_decoder.ensemble_step([])
 
 
-# A published model's options (an output bias) and unshared embeddings, beside the paper's.
-PROJECTED = [SMALL, SMALL.replace(output_bias=True, share_embeddings=False, attention_bias=True)]
+# A published model's options (an output bias) and a target vocabulary of its own (its
+# embedding the output layer), beside the paper's.
+PROJECTED = [SMALL, SMALL.replace(output_bias=True, embeddings="tied_output", attention_bias=True,
+                                  target_vocab_size=SMALL.vocab_size + 5)]
 
 
 @pytest.mark.exact

@@ -143,6 +143,15 @@ def test_the_shortlist_is_ctranslate2s_vocabulary_map(extras, ours, trained_work
 def test_a_model_with_published_models_options_is_refused_naming_them():
   ctranslate2_lib.check_supported(configs.get_config("base"))
   with pytest.raises(ValueError, match=r"not one with activation='swish', output_bias=True: "
-                                       r"export it with --to huggingface"):
+                                       r"t2t-translate and t2t-serve --engine jax run it; for "
+                                       r"CTranslate2, export it with --to huggingface"):
     ctranslate2_lib.check_supported(configs.get_config("base", activation="swish",
                                                        output_bias=True))
+  # Separate vocabularies: CTranslate2's Marian converter takes one vocabulary for both sides.
+  with pytest.raises(ValueError, match=r"not one with embeddings='tied_output', "
+                                       r"target_vocab_size=900, separate source and target "
+                                       r"vocabularies, which CTranslate2's Marian converter does "
+                                       r"not carry either: t2t-translate and t2t-serve --engine "
+                                       r"jax run it$"):
+    ctranslate2_lib.check_supported(configs.get_config(
+        "base", embeddings="tied_output", target_vocab_size=900), separate_vocabularies=True)

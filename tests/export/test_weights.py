@@ -11,7 +11,8 @@ from t2t_jax.model import transformer
 
 def test_models_the_engines_cannot_run_are_refused_with_the_reason():
   for overrides, reason in ((dict(positional_encoding="learned"), "positional_encoding"),
-                            (dict(share_embeddings=False), "share_embeddings"),
+                            (dict(embeddings="separate"), "embeddings"),
+                            (dict(decoder_layers=2), "decoder_layers"),
                             (dict(attention_window=3), "attention_window"),
                             (dict(d_k=16), "d_k=16")):
     with pytest.raises(ValueError, match=reason):

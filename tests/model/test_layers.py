@@ -28,22 +28,54 @@ def test_sinusoidal_positions_match_paper_formula(d_model):
   np.testing.assert_allclose(row, table[37], atol=1e-6)
 
 
-@pytest.mark.parametrize("d_model", [8, 9])
-def test_halves_layout_is_marians_sines_then_cosines(d_model):
-  length = 50
-  # transformers' MarianSinusoidalPositionalEmbedding (the same as tensor2tensor's
-  # get_timing_signal_1d): column j's frequency is that of 2 * (j // 2), the sines of
-  # the even columns' frequencies first, then the cosines of the odd ones'.
+def _marian_halves(length, d_model):
+  """transformers' MarianSinusoidalPositionalEmbedding.create_weight, written out: column j's
+  angle pos / 10000^(2 (j // 2) / d) in float64, the sines of the even columns first, then
+  the cosines of the odd ones, cast to float32 once."""
   angle = np.array([[pos / np.power(10000, 2 * (j // 2) / d_model) for j in range(d_model)]
                     for pos in range(length)])
-  ref = np.concatenate([np.sin(angle[:, 0::2]), np.cos(angle[:, 1::2])], axis=1)
-  table = layers.sinusoidal_positions(length, d_model, "halves")
-  np.testing.assert_allclose(table, ref, atol=2e-5)
-  # The same values as the paper's layout, the features in another order.
+  return np.concatenate([np.sin(angle[:, 0::2]), np.cos(angle[:, 1::2])], axis=1).astype(np.float32)
+
+
+@pytest.mark.parametrize("d_model", [8, 9])
+def test_halves_layout_is_marians_table_exactly(d_model):
+  length = 512
+  table = np.asarray(layers.sinusoidal_positions(length, d_model, "halves"))
+  np.testing.assert_array_equal(table, _marian_halves(length, d_model))
+  # The same functions as the paper's layout, the features in another order; the paper's
+  # is computed in float32 in the graph, which drifts from float64's with the position.
   order = np.concatenate([np.arange(0, d_model, 2), np.arange(1, d_model, 2)])
-  np.testing.assert_array_equal(table, np.asarray(layers.sinusoidal_positions(length, d_model))[:, order])
+  interleaved = np.asarray(layers.sinusoidal_positions(length, d_model))[:, order]
+  np.testing.assert_allclose(table[:8], interleaved[:8], atol=1e-6)
+  assert 1e-6 < np.abs(table - interleaved).max() < 2e-4
+  # A traced position (as in incremental decoding) reads its row; positions come from the
+  # table's `length` rows.
+  row = jax.jit(lambda p: layers.sinusoidal_encoding(p, d_model, "halves", length))(jnp.int32(337))
+  np.testing.assert_array_equal(row, table[337])
+  with pytest.raises(ValueError, match="pass its length"):
+    layers.sinusoidal_encoding(jnp.arange(3), d_model, "halves")
   with pytest.raises(ValueError, match="position layout 'rotated'"):
     layers.sinusoidal_positions(length, d_model, "rotated")
+
+
+def test_halves_layout_is_not_tensor2tensors_timing_signal():
+  # tensor2tensor's get_timing_signal_1d also puts the sines first, but its frequencies
+  # are 10000^(-i / (d/2 - 1)), i < d/2: the last sine has 1/10000, Marian's 10000^(-(d-2)/d).
+  d_model, length = 16, 64
+  i = np.arange(d_model // 2)
+  angle = np.arange(length)[:, None] * 10000.0 ** (-i / (d_model // 2 - 1))
+  t2t = np.concatenate([np.sin(angle), np.cos(angle)], axis=1)
+  table = np.asarray(layers.sinusoidal_positions(length, d_model, "halves"))
+  np.testing.assert_allclose(table[:, [0, 8]], t2t[:, [0, 8]], atol=1e-6)   # frequency 1 alike
+  assert np.abs(table - t2t).max() > 0.5
+
+
+def test_halves_table_is_transformers_over_512_positions(extras):
+  marian = extras["transformers"].models.marian.modeling_marian
+  for d_model in (64, 512):
+    theirs = marian.MarianSinusoidalPositionalEmbedding(512, d_model).create_weight().numpy()
+    np.testing.assert_array_equal(np.asarray(layers.sinusoidal_positions(512, d_model, "halves")),
+                                  theirs)
 
 
 @pytest.mark.parametrize("activation, reference", [

@@ -25,10 +25,14 @@ CFG = configs.get_config("demo", vocab_size=23, num_layers=2, d_model=16, d_ff=3
 # Every optional path at once: restricted attention, learned positions, unshared embeddings.
 # One layer keeps its compile time down.
 CFG_VARIANT = CFG.replace(attention_window=1, positional_encoding="learned",
-                          share_embeddings=False, num_layers=1)
+                          embeddings="separate", num_layers=1)
 # A published model's options (Marian's, OPUS-MT's): none of them the paper's.
 CFG_MARIAN = CFG.replace(activation="swish", attention_bias=True, output_bias=True,
                          position_layout="halves", layer_norm_epsilon=1e-5, num_layers=1)
+# Separate vocabularies (a target side of 29 ids, its embedding the output layer) and a
+# decoder shallower than the encoder.
+CFG_OWN_TARGET = CFG_MARIAN.replace(embeddings="tied_output", target_vocab_size=29,
+                                    num_layers=2, decoder_layers=1)
 
 
 def _batch(rng, batch, length, lengths, vocab=23):
@@ -129,8 +133,8 @@ def test_fully_padded_rows_give_finite_logits():
   assert np.all(np.isfinite(logits))
 
 
-@pytest.mark.parametrize("cfg", [CFG, CFG_VARIANT, CFG_MARIAN],
-                         ids=["base", "window_learned_unshared", "marian"])
+@pytest.mark.parametrize("cfg", [CFG, CFG_VARIANT, CFG_MARIAN, CFG_OWN_TARGET],
+                         ids=["base", "window_learned_unshared", "marian", "own_target"])
 def test_cached_decoding_reproduces_full_forward(cfg):
   params = _params(cfg)
   full = np.asarray(_forward(cfg)(params, INPUTS, TARGETS))
@@ -270,6 +274,32 @@ def test_train_mode_applies_dropout_from_the_given_key():
   assert np.all(np.isfinite(a))
 
 
+@pytest.mark.parametrize("mode", configs.EMBEDDINGS)
+def test_each_embedding_mode_reads_its_matrices_in_its_roles(mode):
+  cfg = CFG.replace(embeddings=mode, num_layers=1, decoder_layers=2, target_vocab_size=(
+      29 if mode in configs.OWN_TARGET_VOCABULARY else None))
+  params = transformer.init_params(cfg.model, jax.random.key(0))
+  names = transformer.EMBEDDING_PARAMS[mode]
+  assert set(params) - {"encoder", "decoder"} == set(names.values())
+  assert sorted(params["encoder"]) == ["layers_0"] and sorted(params["decoder"]) == [
+      "layers_0", "layers_1"]
+  read = transformer.Transformer(cfg.model).apply(
+      {"params": params}, method=lambda m: [m._embedding(role).embedding  # pylint: disable=protected-access
+                                            for role in ("source", "target")] + [m.output_weights()[0]])
+  for role, matrix in zip(("source", "target", "output"), read):
+    np.testing.assert_array_equal(matrix, params[names[role]]["embedding"])
+    assert matrix.shape == ((23 if role == "source" else cfg.target_vocab), 16), role
+  # The roles each mode shares (docs/model.md), and no other: the matrices are drawn apart.
+  shared = {"shared": {("source", "target"), ("source", "output"), ("target", "output")},
+            "shared_inputs": {("source", "target")}, "tied_output": {("target", "output")},
+            "separate": set()}[mode]
+  matrices = dict(zip(("source", "target", "output"), read))
+  for pair in (("source", "target"), ("source", "output"), ("target", "output")):
+    same = matrices[pair[0]].shape == matrices[pair[1]].shape and np.array_equal(
+        matrices[pair[0]], matrices[pair[1]])
+    assert same == (pair in shared), pair
+
+
 def test_learned_positions_reject_sequences_longer_than_max_len():
   too_long = jnp.ones((1, CFG_VARIANT.max_len + 1), jnp.int32)
   with pytest.raises(ValueError, match="max_len"):
@@ -277,6 +307,10 @@ def test_learned_positions_reject_sequences_longer_than_max_len():
                                                      too_long)
   with pytest.raises(ValueError, match="max_len"):
     transformer.init_cache(CFG_VARIANT.model, _params(CFG_VARIANT), INPUTS, CFG_VARIANT.max_len + 1)
+  # Marian's positions are a table of max_len rows too (layers.halves_table).
+  with pytest.raises(ValueError, match=r"decode length 17 exceeds max_len=16 of the halves "
+                                       "position table"):
+    transformer.init_cache(CFG_MARIAN.model, _params(CFG_MARIAN), INPUTS, CFG_MARIAN.max_len + 1)
 
 
 # d_k == d_v and no attention dropout: the fused attention path applies.

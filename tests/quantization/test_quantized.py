@@ -28,7 +28,7 @@ from t2t_jax.train import step as step_lib
 CFG = configs.get_config("demo", vocab_size=23, num_layers=2, d_model=16, d_ff=32, num_heads=2,
                          d_k=8, d_v=6, max_len=16, dropout_rate=0.0)
 # Unshared embeddings: the output projection comes from its own table.
-CFG_UNSHARED = CFG.replace(share_embeddings=False, positional_encoding="learned", num_layers=1)
+CFG_UNSHARED = CFG.replace(embeddings="separate", positional_encoding="learned", num_layers=1)
 # A published model's biases (attention, output): kept float32 beside the int8 products.
 CFG_BIASES = CFG.replace(attention_bias=True, output_bias=True, activation="swish", num_layers=1)
 
@@ -80,13 +80,13 @@ def test_quantized_params_are_the_int8_models(cfg):
   # The int8 plug-ins' tree, and the int8 copy of the pre-softmax weights beside it.
   output = params.pop("output_projection")
   assert shapes(params) == shapes(want)
-  assert output.values.shape == (cfg.vocab_size, cfg.d_model) and output.values.dtype == jnp.int8
+  assert output.values.shape == (cfg.target_vocab, cfg.d_model) and output.values.dtype == jnp.int8
   layer = params["decoder"]["layers_0"]
   assert isinstance(layer["ffn"]["wi"]["kernel"], int8.Int8Kernel)
   # W^O [heads, d_v, d_model] flattened over its inputs: [d_model, heads * d_v].
   assert layer["self_attention"]["out"]["kernel"].values.shape == (16, 2 * 6)
   # The embeddings the lookups read stay float32 and unchanged.
-  name = "embedding" if cfg.share_embeddings else "source_embedding"
+  name = "embedding" if cfg.embeddings == "shared" else "source_embedding"
   np.testing.assert_array_equal(params[name]["embedding"], _params(cfg)[name]["embedding"])
 
 

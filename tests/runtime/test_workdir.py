@@ -45,6 +45,22 @@ def test_resuming_accepts_run_settings_and_refuses_a_different_model(tmp_path):
   assert workdir_lib.load_config(tmp_path) == longer  # the refused config is not written
 
 
+def test_an_earlier_versions_config_resumes(tmp_path):
+  """A config.json without the fields added since (their defaults are what it computed) and
+  with share_embeddings, which `embeddings` replaced: the same run, which resumes."""
+  cfg = configs.get_config("demo")
+  old = configs.to_dict(cfg)
+  for name in ("activation", "attention_bias", "output_bias", "position_layout",
+               "layer_norm_epsilon", "embeddings", "target_vocab_size", "decoder_layers"):
+    del old[name]
+  (tmp_path / workdir_lib.CONFIG_FILE).write_text(json.dumps({**old, "share_embeddings": True}))
+  assert workdir_lib.load_config(tmp_path) == cfg
+  workdir_lib.check_or_write_config(cfg.replace(num_train_steps=2000), tmp_path)
+  (tmp_path / workdir_lib.CONFIG_FILE).write_text(json.dumps({**old, "share_embeddings": False}))
+  with pytest.raises(ValueError, match=r"different config \(embeddings: 'separate' -> 'shared'\)"):
+    workdir_lib.check_or_write_config(cfg, tmp_path)
+
+
 @pytest.mark.parametrize("text", ["", '{"d_model": 6', "\x00\xff garbage", "[1, 2]"])
 def test_a_damaged_config_stops_with_what_to_do(tmp_path, text):
   cfg = configs.get_config("demo")

@@ -35,10 +35,13 @@ def _dot_flops(jaxpr) -> int:
   return total
 
 
-def test_forward_and_training_flops_count_every_traced_matmul():
-  # d_k != d_v and S != T so that no term can stand in for another.
+@pytest.mark.parametrize("options", [{}, dict(decoder_layers=1, embeddings="tied_output",
+                                                 target_vocab_size=70)], ids=["paper", "own"])
+def test_forward_and_training_flops_count_every_traced_matmul(options):
+  # d_k != d_v and S != T so that no term can stand in for another; a decoder of its own
+  # depth and a target vocabulary of its own size.
   cfg = configs.get_config("demo", vocab_size=50, num_layers=2, d_model=16, d_ff=24,
-                           num_heads=2, d_k=4, d_v=6, max_len=32)
+                           num_heads=2, d_k=4, d_v=6, max_len=32, **options)
   params = jax.eval_shape(lambda k: transformer.init_params(cfg.model, k), jax.random.key(0))
   source, target = jnp.ones((1, 7), jnp.int32), jnp.ones((1, 5), jnp.int32)
 
