@@ -98,3 +98,34 @@ def imported_workdir(marian_dir, tmp_path_factory):
   """`marian_dir` imported (export/import_marian.py): a work directory the tests read only."""
   from t2t_jax.export import import_marian  # pylint: disable=import-outside-toplevel
   return import_marian.import_marian(marian_dir, tmp_path_factory.mktemp("imported") / "run")
+
+
+@pytest.fixture(scope="session")
+def marian_variant(extras, tmp_path_factory, request):  # pylint: disable=unused-argument
+  """`marian_variant(name)`: the directory of one of tests/marian.py's `VARIANTS` (separate
+  vocabularies, an untied output layer, a deep encoder, a multilingual target), made on
+  first use, once for the run's workers (a few seconds each)."""
+  import marian  # pylint: disable=import-outside-toplevel  (tests/ is on sys.path)
+  made = {}
+
+  def get(name: str) -> pathlib.Path:
+    if name not in made:
+      made[name] = _made_once(request, tmp_path_factory, f"marian_{name}",
+                              lambda out: marian.make_variant(out, name))
+    return made[name]
+  return get
+
+
+@pytest.fixture(scope="session")
+def imported_variant(marian_variant, tmp_path_factory):
+  """`imported_variant(name)`: `marian_variant(name)` imported, a work directory the tests read
+  only (one per worker)."""
+  from t2t_jax.export import import_marian  # pylint: disable=import-outside-toplevel
+  made = {}
+
+  def get(name: str) -> pathlib.Path:
+    if name not in made:
+      made[name] = import_marian.import_marian(
+          marian_variant(name), tmp_path_factory.mktemp(f"imported_{name}") / "run")
+    return made[name]
+  return get

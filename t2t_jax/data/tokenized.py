@@ -113,12 +113,13 @@ def save_cache(path: str, splits: dict[str, TokenizedSplit], counts: dict) -> No
   os.replace(tmp, path)
 
 
-def load_cache(path: str, vocab_size: Optional[int] = None
-               ) -> tuple[dict[str, TokenizedSplit], dict]:
+def load_cache(path: str, vocab_size: Optional[int] = None,
+               target_vocab_size: Optional[int] = None) -> tuple[dict[str, TokenizedSplit], dict]:
   """The cached splits and counts; ValueError when the file is damaged.
 
   np.savez stores each array with a CRC-32, which zipfile checks on reading;
-  the offsets and (given `vocab_size`) the id range are checked here.
+  the offsets and (given `vocab_size`) the id range are checked here, the targets' against
+  `target_vocab_size` where the target side has a vocabulary of its own.
   """
   try:
     with np.load(path) as z:
@@ -130,11 +131,12 @@ def load_cache(path: str, vocab_size: Optional[int] = None
   except (OSError, ValueError, KeyError, EOFError, zipfile.BadZipFile, zlib.error) as e:
     raise ValueError(f"{type(e).__name__}: {e}") from None
   for name, split in splits.items():
-    for ids, offsets in ((split.src_ids, split.src_offsets), (split.tgt_ids, split.tgt_offsets)):
+    for ids, offsets, size in ((split.src_ids, split.src_offsets, vocab_size),
+                               (split.tgt_ids, split.tgt_offsets, target_vocab_size or vocab_size)):
       if (len(offsets) == 0 or offsets[0] != 0 or offsets[-1] != len(ids)
           or np.any(np.diff(offsets) < 0)):
         raise ValueError(f"the {name} offsets do not fit the ids")
-      if vocab_size is not None and len(ids) and (ids.min() < 0 or ids.max() >= vocab_size):
+      if size is not None and len(ids) and (ids.min() < 0 or ids.max() >= size):
         raise ValueError(f"the {name} ids are outside the vocabulary")
   if not isinstance(counts, dict):
     raise ValueError("the counts are not a JSON object")
@@ -170,7 +172,7 @@ def load_or_tokenize(tokenizer: vocab_lib.Tokenizer, directory: str, signature: 
     if not os.path.exists(path):
       return None
     try:
-      loaded = load_cache(path, tokenizer.vocab_size)
+      loaded = load_cache(path, tokenizer.vocab_size, tokenizer.target_vocab_size)
     except ValueError as e:
       log.warning("The token cache %s is damaged (%s); tokenising again", path, e)
       os.remove(path)

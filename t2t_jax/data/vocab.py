@@ -1,14 +1,23 @@
-"""One shared SentencePiece vocabulary for source and target: train once, cache, reload.
+"""One shared SentencePiece vocabulary for source and target: train once, cache, reload; an
+imported model's models of each side.
 
 Ids follow the project convention: 0 padding, 1 end of sentence, 2 unknown, no BOS.
 Normalisation is the identity, so `decode(encode(s)) == s` for text whose
 characters the model knows, and what BLEU scores is exactly what the model emits.
 
-An imported model (export/import_marian.py) brings two SentencePiece models over one
-vocabulary: its work directory's `vocab/spm.model` cuts the sources and
-`vocab/target.model` (`TARGET_MODEL`) cuts the targets and puts the outputs back
-together, both re-indexed to the model's ids (`reindexed`). Everything trained here
-has the one shared model, and `Tokenizer` uses it for both sides.
+An imported model (export/import_marian.py) brings two SentencePiece models: its work
+directory's `vocab/spm.model` cuts the sources and `vocab/target.model` (`TARGET_MODEL`)
+cuts the targets and puts the outputs back together, both re-indexed to the model's ids
+(`reindexed`). Over one vocabulary they number the same pieces alike; a model with
+separate source and target vocabularies has a target side of its own ids (spm.json
+records its size: `TARGET_SIZE`). Everything trained here has the one shared model, and
+`Tokenizer` uses it for both sides.
+
+Language tokens: a multilingual model's source vocabulary holds tokens such as `>>deu<<`
+(`LANGUAGE_TOKEN`) that name the language to translate into, and each source starts with
+one. As transformers' MarianTokenizer does, the leading token is read as one id and the
+rest of the line cut by the source model; a model that has them refuses a source without
+one, in one line naming them.
 """
 
 from __future__ import annotations
@@ -18,6 +27,7 @@ import json
 import logging
 import os
 import random
+import re
 import shutil
 import tempfile
 from typing import Iterable, Optional, Sequence
@@ -32,6 +42,10 @@ log = logging.getLogger(__name__)
 
 # A vocabulary directory's target-side model, where the target side has its own.
 TARGET_MODEL = "target.model"
+# spm.json's record of the target side's own vocabulary size (separate vocabularies).
+TARGET_SIZE = "target_vocab_size"
+# A source piece that names a target language (MarianTokenizer's rule): >>deu<<, >>nld<<.
+LANGUAGE_TOKEN = re.compile(r">>.+<<")
 # The files an imported vocabulary came from, kept for the export back
 # (export/import_marian.py writes them); `adopt` copies them with the rest.
 IMPORTED = "imported"
@@ -40,33 +54,74 @@ IMPORTED = "imported"
 class Tokenizer:
   """Text <-> ids; encoded sequences end with EOS.
 
-  `sp` cuts sources (`encode`); `target_sp`, the target side's model (`target_path`)
+  `sp` cuts sources (`encode`, a leading language token read as one id where the model
+  has them: `language_tokens`); `target_sp`, the target side's model (`target_path`)
   or else the same shared model, cuts targets (`encode_target`) and puts outputs
-  back together (`decode`). Both models number the same pieces alike.
+  back together (`decode`). Both models number the same pieces alike, unless the target
+  side has a vocabulary of its own (`separate`; None: as the directory's spm.json says).
   """
 
-  def __init__(self, model_path: str, target_path: Optional[str] = None):
+  def __init__(self, model_path: str, target_path: Optional[str] = None,
+               separate: Optional[bool] = None):
     self.model_path = model_path
     self.target_path = target_path
     self.sp = spm.SentencePieceProcessor(model_file=model_path)
     self.target_sp = self.sp
+    self.separate = target_path is not None and (
+        separate if separate is not None else own_target_vocabulary(os.path.dirname(model_path)))
     if target_path is not None:
       self.target_sp = spm.SentencePieceProcessor(model_file=target_path)
-      if self.target_sp.id_to_piece(list(range(self.vocab_size))) != self.sp.id_to_piece(
-          list(range(self.vocab_size))) or self.target_sp.get_piece_size() != self.vocab_size:
+      if not self.separate and (self.target_sp.get_piece_size() != self.vocab_size
+                                or self.target_sp.id_to_piece(list(range(self.vocab_size)))
+                                != self.sp.id_to_piece(list(range(self.vocab_size)))):
         raise ValueError(f"{target_path} numbers its pieces otherwise than {model_path}: a "
                          "target model must share the source model's vocabulary")
+    pieces = self.sp.id_to_piece(list(range(self.vocab_size)))
+    self._languages = {p: i for i, p in enumerate(pieces) if LANGUAGE_TOKEN.fullmatch(p)}
 
   @property
   def vocab_size(self) -> int:
+    """The source side's pieces (both sides' over one vocabulary)."""
     return self.sp.get_piece_size()
 
+  @property
+  def target_vocab_size(self) -> int:
+    return self.target_sp.get_piece_size()
+
+  @property
+  def language_tokens(self) -> list[str]:
+    """The source vocabulary's language tokens (`LANGUAGE_TOKEN`), by id; [] for most models."""
+    return list(self._languages)
+
+  def split_language(self, text: str) -> tuple[Optional[str], str]:
+    """(`text`'s leading language token, the rest), as MarianTokenizer splits a source;
+    (None, text) for a model without language tokens. ValueError, naming the model's
+    tokens, for a source that does not start with one of them."""
+    if not self._languages:
+      return None, text
+    end = text.find("<<") if text.startswith(">>") else -1
+    token = text[:end + 2] if end >= 0 else None
+    if token not in self._languages:
+      listed = ", ".join(list(self._languages)[:20]) + (
+          f" ... ({len(self._languages)} in all)" if len(self._languages) > 20 else "")
+      found = f"it starts with {token}, not one of them" if token else "it has none"
+      rest = text[end + 2:].strip() if token else text
+      raise ValueError(f"this model needs a target language token at the start of each source "
+                       f"({listed}): {found}; write e.g. '{next(iter(self._languages))} "
+                       f"{rest[:30]}'")
+    return token, text[end + 2:]
+
   def encode(self, text: str) -> list[int]:
-    return self.sp.encode(text) + [EOS_ID]
+    token, rest = self.split_language(text)
+    return ([] if token is None else [self._languages[token]]) + self.sp.encode(rest) + [EOS_ID]
 
   def encode_batch(self, texts: Sequence[str], num_threads: int = -1) -> list[list[int]]:
     """Like `encode` for many lines; SentencePiece spreads them over threads."""
-    return _with_eos(self.sp.encode(list(texts), num_threads=num_threads))
+    if not self._languages:
+      return _with_eos(self.sp.encode(list(texts), num_threads=num_threads))
+    split = [self.split_language(text) for text in texts]
+    rows = self.sp.encode([rest for _, rest in split], num_threads=num_threads)
+    return _with_eos([[self._languages[token], *row] for (token, _), row in zip(split, rows)])
 
   def encode_target(self, text: str) -> list[int]:
     """A target sentence's ids, EOS-terminated (the target side's model)."""
@@ -98,6 +153,17 @@ def target_model(directory: str | os.PathLike) -> Optional[str]:
   """The target side's model in a vocabulary directory (`TARGET_MODEL`), or None (shared)."""
   path = os.path.join(directory, TARGET_MODEL)
   return path if os.path.isfile(path) else None
+
+
+def own_target_vocabulary(directory: str | os.PathLike) -> bool:
+  """Whether a vocabulary directory's target side has ids of its own (spm.json's `TARGET_SIZE`,
+  which an import of separate vocabularies writes)."""
+  try:
+    with open(os.path.join(directory, "spm.json"), encoding="utf-8") as f:
+      meta = json.load(f)
+  except (OSError, ValueError):
+    return False
+  return isinstance(meta, dict) and TARGET_SIZE in meta
 
 
 def reindexed(model: bytes, pieces: Sequence[str], control: Sequence[str] = ()

@@ -163,11 +163,11 @@ def ensemble_step(step_fns: Sequence[beam_search.StepFn]) -> beam_search.StepFn:
 
 
 def check_compatible(members: Sequence[Member]) -> None:
-  """Raises ValueError unless every member has the same vocabulary size."""
-  sizes = [m.cfg.vocab_size for m in members]
+  """Raises ValueError unless every member has the same vocabulary sizes (source, target)."""
+  sizes = [(m.cfg.vocab_size, m.cfg.target_vocab) for m in members]
   if len(set(sizes)) > 1:
-    raise ValueError(f"the ensemble's models have vocab_size {sizes}: they must share one "
-                     "vocabulary")
+    raise ValueError(f"the ensemble's models have vocabulary sizes (source, target) {sizes}: "
+                     "they must share their vocabularies")
 
 
 def output_projection(member: Member, layout: str = "row_major",

@@ -28,12 +28,12 @@ Words = Callable[[vocab.Tokenizer, str, bool], tuple[list[int], list[int]]]
 
 
 def known_ids(tokenizer: vocab.Tokenizer, ids: Sequence[int]) -> list[int]:
-  """`ids` with those the SentencePiece model lacks read as unknown.
+  """Output `ids` with those the target side's SentencePiece model lacks read as unknown.
 
   The model may have more ids than the SentencePiece model has pieces (a small corpus
   can give fewer than vocab_size); an undertrained model may emit those.
   """
-  return [int(i) if i < tokenizer.vocab_size else UNK_ID for i in ids]
+  return [int(i) if i < tokenizer.target_vocab_size else UNK_ID for i in ids]
 
 
 def one_line(text: str) -> str:
@@ -53,7 +53,7 @@ def _valid(line: str) -> str:
 
 def source_pieces(tokenizer: vocab.Tokenizer, line: str) -> int:
   """How many source pieces `encode_line` makes of `line` before any cut."""
-  return len(tokenizer.sp.encode(_valid(line)))
+  return len(tokenizer.encode(_valid(line))) - 1
 
 
 def encode_line(tokenizer: vocab.Tokenizer, line: str, limit: int, number: int,

@@ -181,7 +181,8 @@ def export_ctranslate2(workdir: str | os.PathLike, out_dir: str | os.PathLike,
   """
   loading.require("ctranslate2")
   loading.require("transformers")
-  check_supported(workdir_lib.load_config(workdir))
+  check_supported(workdir_lib.load_config(workdir),
+                  vocab.own_target_vocabulary(pathlib.Path(workdir) / "vocab"))
   cfg, params, spm_path = loading.load_workdir(workdir, average)
   table_path = pathlib.Path(workdir) / shortlist_lib.FILE
   table = (shortlist_lib.load(table_path, vocab.Tokenizer(spm_path)) if table_path.is_file()

@@ -24,6 +24,7 @@ import numpy as np
 
 from t2t_jax import configs
 from t2t_jax.model import attention
+from t2t_jax.model import transformer
 
 
 class Linear(NamedTuple):
@@ -59,19 +60,24 @@ class Layer(NamedTuple):
 
 
 class Weights(NamedTuple):
-  embedding: np.ndarray           # [vocab, d_model]: both embeddings and the output projection
+  """The embeddings as the config's `embeddings` ties them: a matrix of a role that shares
+  another's is None."""
+  embedding: np.ndarray           # [vocab, d_model]: the source embedding (the paper's: all three)
   encoder: list[Layer]
   decoder: list[Layer]
-  output_bias: Optional[np.ndarray] = None    # [vocab]; None where ours has none (the paper's)
+  output_bias: Optional[np.ndarray] = None    # [target vocab]; None where ours has none (the paper's)
+  target_embedding: Optional[np.ndarray] = None   # [target vocab, d_model]; None: `embedding`
+  output: Optional[np.ndarray] = None   # [target vocab, d_model] pre-softmax; None: the target's
+
+  def roles(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """The source embedding, the target embedding and the output projection, shared or not."""
+    target = self.embedding if self.target_embedding is None else self.target_embedding
+    return self.embedding, target, target if self.output is None else self.output
 
 
 def check_exportable(cfg: configs.TransformerConfig) -> None:
   """Raises ValueError naming the setting when the engines cannot run this model."""
   problems = []
-  if cfg.embeddings != "shared" or cfg.target_vocab_size or cfg.decoder_layers:
-    problems.append(f"embeddings={cfg.embeddings!r}, target_vocab_size={cfg.target_vocab_size}, "
-                    f"decoder_layers={cfg.decoder_layers} (both engines tie one embedding matrix "
-                    "and stacks of one depth)")
   if cfg.positional_encoding != "sinusoidal":
     problems.append(f"positional_encoding={cfg.positional_encoding!r} (only sinusoidal)")
   if cfg.attention_window is not None:
@@ -113,6 +119,14 @@ def _ffn(p: Any) -> FeedForward:
   return FeedForward(_dense(p["wi"]), _dense(p["wo"]))
 
 
+def _embedding_names(cfg: configs.TransformerConfig) -> tuple[str, Optional[str], Optional[str]]:
+  """The params of the source embedding, of the target embedding and of the output projection
+  (`transformer.EMBEDDING_PARAMS`); None for a role that reads the previous role's."""
+  names = transformer.EMBEDDING_PARAMS[cfg.embeddings]
+  return (names["source"], names["target"] if names["target"] != names["source"] else None,
+          names["output"] if names["output"] != names["target"] else None)
+
+
 def from_params(cfg: configs.TransformerConfig, params: Any) -> Weights:
   """Our params (a trained model's or freshly initialised) as `Weights`."""
   check_exportable(cfg)
@@ -121,12 +135,15 @@ def from_params(cfg: configs.TransformerConfig, params: Any) -> Weights:
     p = params["encoder"][f"layers_{i}"]
     encoder.append(Layer(_attention(p["self_attention"]), _norm(p["norm_attention"]), None, None,
                          _ffn(p["ffn"]), _norm(p["norm_ffn"])))
+  for i in range(cfg.num_decoder_layers):
     p = params["decoder"][f"layers_{i}"]
     decoder.append(Layer(_attention(p["self_attention"]), _norm(p["norm_self"]),
                          _attention(p["cross_attention"]), _norm(p["norm_cross"]),
                          _ffn(p["ffn"]), _norm(p["norm_ffn"])))
   output_bias = _f32(params["output_bias"]) if "output_bias" in params else None
-  return Weights(_f32(params["embedding"]["embedding"]), encoder, decoder, output_bias)
+  source, target, output = (None if name is None else _f32(params[name]["embedding"])
+                            for name in _embedding_names(cfg))
+  return Weights(source, encoder, decoder, output_bias, target, output)
 
 
 # ------------------------------------------------------------------------- the other way
@@ -161,13 +178,19 @@ def to_params(cfg: configs.TransformerConfig, w: Weights) -> dict[str, Any]:
   """
   check_exportable(cfg)
   ffn = lambda f: {"wi": _dense_params(f.inner), "wo": _dense_params(f.outer)}
-  params: dict[str, Any] = {"embedding": {"embedding": _f32(w.embedding)},
-                            "encoder": {}, "decoder": {}}
-  for i, (enc, dec) in enumerate(zip(w.encoder, w.decoder)):
+  params: dict[str, Any] = {"encoder": {}, "decoder": {}}
+  for name, matrix in zip(_embedding_names(cfg), (w.embedding, w.target_embedding, w.output)):
+    if (name is None) != (matrix is None):
+      raise ValueError(f"the weights' embedding matrices are not those of embeddings="
+                       f"{cfg.embeddings!r} (docs/model.md)")
+    if name is not None:
+      params[name] = {"embedding": _f32(matrix)}
+  for i, enc in enumerate(w.encoder):
     params["encoder"][f"layers_{i}"] = {
         "self_attention": _attention_params(enc.self_attention, cfg),
         "norm_attention": _norm_params(enc.self_attention_norm),
         "ffn": ffn(enc.ffn), "norm_ffn": _norm_params(enc.ffn_norm)}
+  for i, dec in enumerate(w.decoder):
     params["decoder"][f"layers_{i}"] = {
         "self_attention": _attention_params(dec.self_attention, cfg),
         "norm_self": _norm_params(dec.self_attention_norm),

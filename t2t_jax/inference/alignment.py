@@ -87,10 +87,17 @@ def _processor(tokenizer: Any, side: str = "sp") -> Any:
 
 def encode_words(tokenizer: Any, text: str, target: bool = False) -> tuple[list[int], list[int]]:
   """The ids of `text` (without EOS) and the word of `text.split()` each one belongs to;
-  `target`: cut as a target sentence (the target side's model)."""
-  proto = _processor(tokenizer, "target_sp" if target else "sp").encode(text, return_type="proto")
-  spans = [(p.begin, p.end) for p in proto.pieces]
-  return [p.id for p in proto.pieces], word_of_pieces(text, spans)
+  `target`: cut as a target sentence (the target side's model). A source's leading
+  language token (`vocab.Tokenizer.split_language`) is one id, in the first word."""
+  token, rest = (None, text) if target or not hasattr(tokenizer, "split_language") else \
+      tokenizer.split_language(text)
+  start = 0 if token is None else len(token.encode("utf-8"))         # rest's first byte
+  proto = _processor(tokenizer, "target_sp" if target else "sp").encode(rest, return_type="proto")
+  ids = [p.id for p in proto.pieces]
+  spans = [(start + p.begin, start + p.end) for p in proto.pieces]
+  if token is not None:
+    ids, spans = [tokenizer.sp.piece_to_id(token), *ids], [(0, start), *spans]
+  return ids, word_of_pieces(text, spans)
 
 
 def decode_words(tokenizer: Any, ids: Sequence[int]) -> tuple[str, list[int]]:

@@ -27,8 +27,9 @@ The counts are merged chunk by chunk as sorted (key, count) arrays, so memory
 grows with the distinct co-occurring pairs, never with vocab^2.
 
 Sizes are padded to `SIZES` (1, 1.5, 2, 3, 4, 6, ... x 256) with FILLER, so a
-few programs compile; the table lives in the shared SentencePiece id space
-and records which model it was built with.
+few programs compile; the table maps the source side's ids to the target side's (one
+shared SentencePiece id space, or each side's own for separate vocabularies) and records
+which model it was built with.
 """
 
 from __future__ import annotations
@@ -75,18 +76,26 @@ def sizes(vocab_size: int) -> list[int]:
 
 @dataclasses.dataclass(frozen=True)
 class Shortlist:
-  """per_source [vocab, K] int32: each source id's candidates, best first (FILLER after);
-  frequent [N] int32: the most frequent target ids, most frequent first. `by_shape`: every
-  batch's list is padded to the size any batch of its shape fits (`shape_size`), so that
-  each batch shape has one program, compiled ahead (a server's warm-up: `by_shapes`)."""
+  """per_source [source vocab, K] int32: each source id's candidates (target ids), best first
+  (FILLER after); frequent [N] int32: the most frequent target ids, most frequent first.
+  `by_shape`: every batch's list is padded to the size any batch of its shape fits
+  (`shape_size`), so that each batch shape has one program, compiled ahead (a server's
+  warm-up: `by_shapes`). `target_size`: the target side's vocabulary size where it has its
+  own (None: the source's)."""
   per_source: np.ndarray
   frequent: np.ndarray
   spm_sha256: str = ""
   by_shape: bool = False
+  target_size: Optional[int] = None
 
   @property
   def vocab_size(self) -> int:
+    """The source side's ids."""
     return self.per_source.shape[0]
+
+  @property
+  def target_vocab_size(self) -> int:
+    return self.vocab_size if self.target_size is None else self.target_size
 
   def candidates(self, inputs: np.ndarray) -> np.ndarray:
     """The sorted candidate ids [n] of a batch of source ids [batch, src] (any shape):
@@ -103,7 +112,7 @@ class Shortlist:
     `by_shape`: to `shape_size` of the batch's shape) [size] int32."""
     listed = self.candidates(inputs)
     least = self.shape_size(*np.shape(inputs)) if self.by_shape else len(listed)
-    size = next(s for s in sizes(self.vocab_size) if s >= max(least, len(listed)))
+    size = next(s for s in sizes(self.target_vocab_size) if s >= max(least, len(listed)))
     return np.concatenate([listed, np.full(size - len(listed), FILLER, np.int32)])
 
   def shape_size(self, rows: int, width: int) -> int:
@@ -113,7 +122,8 @@ class Shortlist:
     entries = (self.per_source != FILLER).sum(axis=1)
     sources = min(rows * max(width - 1, 0), int((entries > 0).sum()))
     bound = len(np.union1d(self.frequent, ALWAYS)) + sources * int(entries.max(initial=0))
-    return next(s for s in sizes(self.vocab_size) if s >= min(bound, self.vocab_size))
+    targets = self.target_vocab_size
+    return next(s for s in sizes(targets) if s >= min(bound, targets))
 
   def by_shapes(self) -> "Shortlist":
     """This table with `by_shape` on."""
@@ -132,18 +142,19 @@ def _sentence_sets(rows: list[list[int]], vocab_size: int) -> tuple[np.ndarray, 
   return keys // vocab_size, keys % vocab_size
 
 
-def _pair_counts(src: list[list[int]], tgt: list[list[int]],
-                 vocab_size: int) -> tuple[np.ndarray, np.ndarray]:
-  """Sentence pairs holding each (source id, target id): sorted keys s * vocab + t [n], counts [n]."""
-  s_sent, s_ids = _sentence_sets(src, vocab_size)
-  t_sent, t_ids = _sentence_sets(tgt, vocab_size)
+def _pair_counts(src: list[list[int]], tgt: list[list[int]], source_size: int,
+                 target_size: int) -> tuple[np.ndarray, np.ndarray]:
+  """Sentence pairs holding each (source id, target id): sorted keys s * target_size + t [n],
+  counts [n]."""
+  s_sent, s_ids = _sentence_sets(src, source_size)
+  t_sent, t_ids = _sentence_sets(tgt, target_size)
   t_per = np.bincount(t_sent, minlength=len(tgt))                     # targets per sentence
   t_start = np.concatenate([[0], np.cumsum(t_per)[:-1]])
   repeats = t_per[s_sent]                         # each source entry meets its pair's targets
   first = np.repeat(np.cumsum(repeats) - repeats, repeats)
   within = np.arange(int(repeats.sum())) - first
   targets = t_ids[np.repeat(t_start[s_sent], repeats) + within]
-  return np.unique(np.repeat(s_ids, repeats) * vocab_size + targets, return_counts=True)
+  return np.unique(np.repeat(s_ids, repeats) * target_size + targets, return_counts=True)
 
 
 def _merge(a: tuple[np.ndarray, np.ndarray],
@@ -153,16 +164,17 @@ def _merge(a: tuple[np.ndarray, np.ndarray],
 
 
 def _ranked(keys: np.ndarray, counts: np.ndarray, source_count: np.ndarray,
-            target_count: np.ndarray, vocab_size: int, per_source: int) -> np.ndarray:
-  """[vocab, per_source] int32: each source id's targets by Dice, best first (FILLER after)."""
-  src, tgt = keys // vocab_size, keys % vocab_size
+            target_count: np.ndarray, per_source: int) -> np.ndarray:
+  """[source vocab, per_source] int32: each source id's targets by Dice, best first (FILLER
+  after)."""
+  src, tgt = keys // len(target_count), keys % len(target_count)
   dice = 2.0 * counts / (source_count[src] + target_count[tgt])
   order = np.lexsort((tgt, -dice, src))
   src, tgt = src[order], tgt[order]
   starts = np.searchsorted(src, src, side="left")
   rank = np.arange(len(src)) - starts
   keep = rank < per_source
-  table = np.full((vocab_size, per_source), FILLER, np.int32)
+  table = np.full((len(source_count), per_source), FILLER, np.int32)
   table[src[keep], rank[keep]] = tgt[keep]
   return table
 
@@ -173,20 +185,20 @@ def build(tokenizer: vocab_lib.Tokenizer, pairs: Iterable[tuple[str, str]], *,
   """The shortlist of a parallel corpus of (source, target) text lines, `chunk` pairs at a time."""
   if per_source < 1 or frequent < 0:
     raise ValueError(f"per_source={per_source} must be >= 1 and frequent={frequent} >= 0")
-  vocab_size = tokenizer.vocab_size
-  source_count = np.zeros(vocab_size, np.int64)
-  target_count = np.zeros(vocab_size, np.int64)
-  tokens = np.zeros(vocab_size, np.int64)
+  source_size, target_size = tokenizer.vocab_size, tokenizer.target_vocab_size
+  source_count = np.zeros(source_size, np.int64)
+  target_count = np.zeros(target_size, np.int64)
+  tokens = np.zeros(target_size, np.int64)
   runs: list[tuple[np.ndarray, np.ndarray]] = []  # sizes shrink down the list: merges stay cheap
   pairs = iter(pairs)
   while batch := list(itertools.islice(pairs, chunk)):
     src = tokenizer.encode_batch([s for s, _ in batch])
     tgt = tokenizer.encode_target_batch([t for _, t in batch])
-    source_count += np.bincount(_sentence_sets(src, vocab_size)[1], minlength=vocab_size)
-    target_count += np.bincount(_sentence_sets(tgt, vocab_size)[1], minlength=vocab_size)
+    source_count += np.bincount(_sentence_sets(src, source_size)[1], minlength=source_size)
+    target_count += np.bincount(_sentence_sets(tgt, target_size)[1], minlength=target_size)
     tokens += np.bincount(np.fromiter(itertools.chain.from_iterable(tgt), np.int64),
-                          minlength=vocab_size)
-    runs.append(_pair_counts(src, tgt, vocab_size))
+                          minlength=target_size)
+    runs.append(_pair_counts(src, tgt, source_size, target_size))
     while len(runs) > 1 and len(runs[-2][0]) <= 2 * len(runs[-1][0]):
       runs.append(_merge(runs.pop(), runs.pop()))
   keys, counts = (np.zeros(0, np.int64), np.zeros(0, np.int64))
@@ -194,10 +206,11 @@ def build(tokenizer: vocab_lib.Tokenizer, pairs: Iterable[tuple[str, str]], *,
     keys, counts = _merge((keys, counts), run)
   # Most frequent first, then the pieces the targets never use (by id), so that `frequent`
   # = the vocabulary size lists every id: the whole vocabulary's search exactly.
-  by_frequency = np.lexsort((np.arange(vocab_size), -tokens))
+  by_frequency = np.lexsort((np.arange(target_size), -tokens))
   most = by_frequency[~np.isin(by_frequency, SPECIAL)][:frequent]
-  return Shortlist(_ranked(keys, counts, source_count, target_count, vocab_size, per_source),
-                   most.astype(np.int32), spm_sha256(tokenizer.model_path))
+  return Shortlist(_ranked(keys, counts, source_count, target_count, per_source),
+                   most.astype(np.int32), spm_sha256(tokenizer.model_path),
+                   target_size=target_size if tokenizer.separate else None)
 
 
 # ------------------------------------------------------------------------ storing
@@ -209,12 +222,14 @@ def spm_sha256(model_path: str | os.PathLike) -> str:
 
 
 def save(table: Shortlist, path: str | os.PathLike) -> pathlib.Path:
-  """Writes `table` as .npz (per_source, frequent, spm_sha256), atomically."""
+  """Writes `table` as .npz (per_source, frequent, spm_sha256, and target_size where the target
+  side has its own vocabulary), atomically."""
   path = pathlib.Path(path)
   path.parent.mkdir(parents=True, exist_ok=True)
   tmp = path.with_name(path.name + ".tmp.npz")
+  own = {} if table.target_size is None else {"target_size": np.asarray(table.target_size)}
   np.savez(tmp, per_source=table.per_source, frequent=table.frequent,
-           spm_sha256=np.asarray(table.spm_sha256))
+           spm_sha256=np.asarray(table.spm_sha256), **own)
   os.replace(tmp, path)
   return path
 
@@ -229,7 +244,8 @@ def load(path: str | os.PathLike, tokenizer: Optional[vocab_lib.Tokenizer] = Non
                             + BUILD.format(workdir=path.parent.parent))
   with np.load(path) as f:
     table = Shortlist(f["per_source"].astype(np.int32), f["frequent"].astype(np.int32),
-                      str(f["spm_sha256"]))
+                      str(f["spm_sha256"]),
+                      target_size=int(f["target_size"]) if "target_size" in f else None)
   if tokenizer is not None and table.spm_sha256 != spm_sha256(tokenizer.model_path):
     raise ValueError(f"{path} was built with another SentencePiece model than "
                      f"{tokenizer.model_path}: build it again with "
@@ -266,7 +282,10 @@ def build_for_workdir(workdir: str | os.PathLike, train: Optional[str] = None, *
 def vocabulary_map(table: Shortlist, pieces: list[str]) -> str:
   """The table as CTranslate2's vocabulary map (vmap.txt): a line "piece TAB candidates" per
   source piece with candidates (space-separated pieces), and one with an empty key for the
-  candidates of every batch (the frequent ones)."""
+  candidates of every batch (the frequent ones). One vocabulary: `pieces` name both sides."""
+  if table.target_size is not None:
+    raise ValueError("a vocabulary map names one vocabulary's pieces; this shortlist maps a "
+                     "source vocabulary to a target vocabulary of its own")
   lines = ["\t" + " ".join(pieces[i] for i in table.frequent)]
   for source in range(table.vocab_size):
     listed = table.per_source[source]

@@ -103,12 +103,15 @@ def _member_params(cfg: configs.TransformerConfig, params: Params) -> Params:
 def _check_same_vocabulary(first: str, tokenizer: vocab.Tokenizer, cfg: configs.TransformerConfig,
                            path: str, other: vocab.Tokenizer,
                            other_cfg: configs.TransformerConfig) -> None:
-  same = tokenizer.sp.serialized_model_proto() == other.sp.serialized_model_proto()
-  if not same or cfg.vocab_size != other_cfg.vocab_size:
+  proto = lambda t: (t.sp.serialized_model_proto(), t.target_sp.serialized_model_proto())
+  same = proto(tokenizer) == proto(other)
+  sizes = lambda c: (c.vocab_size, c.target_vocab)
+  if not same or sizes(cfg) != sizes(other_cfg):
     raise ValueError(
-        f"{path} was trained with another vocabulary than {first} (vocab/spm.model "
-        f"{'is the same' if same else 'differs'}, vocab_size {other_cfg.vocab_size} vs "
-        f"{cfg.vocab_size}): the models of an ensemble must share one vocabulary")
+        f"{path} was trained with another vocabulary than {first} (its SentencePiece models "
+        f"{'are the same' if same else 'differ'}, vocabulary sizes (source, target) "
+        f"{sizes(other_cfg)} vs {sizes(cfg)}): the models of an ensemble must share their "
+        "vocabularies")
 
 
 class Translator:

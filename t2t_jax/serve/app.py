@@ -172,6 +172,8 @@ def _submit(state: _State, lines: list[str], settings: engines.Settings
                             {"Retry-After": RETRY_AFTER})
   try:
     return state.batcher.submit(lines, settings)
+  except ValueError as e:   # a line the tokenizer refuses: a multilingual model's without its token
+    raise protocol.ApiError(422, str(e)) from None
   except batcher_lib.Overloaded as e:
     raise protocol.ApiError(503, f"overloaded: {e}", {"Retry-After": RETRY_AFTER}) from None
   except batcher_lib.Stopped as e:

@@ -163,7 +163,8 @@ def test_ensembles_of_work_directories_and_checkpoints(random_workdir, translato
   (other / "vocab" / "spm.model").unlink()
   pairs = demo.generate(200, seed=5, max_words=8)
   vocab.train(pairs, str(other / "vocab" / "spm"), 80)
-  with pytest.raises(SystemExit, match=r"other was trained with another vocabulary.*share one"):
+  with pytest.raises(SystemExit, match=r"other was trained with another vocabulary.*share "
+                                       "their vocabularies"):
     _run(workdir, tmp_path, "--ensemble", str(other))
   with pytest.raises(SystemExit, match="not a finished checkpoint"):
     _run(workdir, tmp_path, "--ensemble", str(workdir / "checkpoints" / "7"))

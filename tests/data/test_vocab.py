@@ -212,3 +212,66 @@ def test_adopting_two_models_copies_both_and_the_imported_files(two_models, tmp_
 def test_a_target_model_numbered_otherwise_is_refused(two_models, tokenizer):
   with pytest.raises(ValueError, match="numbers its pieces otherwise than"):
     vocab.Tokenizer(two_models[0].model_path, tokenizer.model_path)
+
+
+# ------------------------------------ separate vocabularies, language tokens (imports)
+
+
+@pytest.fixture(scope="module")
+def separate_models(corpus, tmp_path_factory):
+  """A source model over the English pieces and two language tokens, and a target model
+  over the German pieces numbered as its own vocabulary (spm.json records its size)."""
+  root = tmp_path_factory.mktemp("separate")
+  source = _spm(root / "source", [en for en, _ in corpus], 150)
+  target = _spm(root / "target", [de for _, de in corpus], 120)
+  own = lambda sp: [sp.id_to_piece(i) for i in range(3, sp.get_piece_size())]
+  special = ["<pad>", "</s>", "<unk>"]
+  source_pieces = special + own(source) + [">>deu<<", ">>nld<<"]
+  target_pieces = special + own(target)
+  directory = root / "vocab"
+  directory.mkdir()
+  for name, model, pieces in (("spm.model", source, source_pieces),
+                              (vocab.TARGET_MODEL, target, target_pieces)):
+    (directory / name).write_bytes(vocab.reindexed(model.serialized_model_proto(), pieces,
+                                                   control=["<pad>"])[0])
+  (directory / "spm.json").write_text(json.dumps({"vocab_size": len(source_pieces),
+                                                  vocab.TARGET_SIZE: len(target_pieces)}))
+  return vocab.load(str(directory)), source, target, source_pieces, target_pieces
+
+
+def test_separate_vocabularies_number_each_side_by_its_own_pieces(separate_models, corpus):
+  tokenizer, source, target, source_pieces, target_pieces = separate_models
+  assert tokenizer.separate and vocab.own_target_vocabulary(os.path.dirname(tokenizer.model_path))
+  assert (tokenizer.vocab_size, tokenizer.target_vocab_size) == (len(source_pieces),
+                                                                 len(target_pieces))
+  en, de = corpus[7]
+  assert tokenizer.encode(f">>nld<< {en}") == [source_pieces.index(">>nld<<")] + [
+      source_pieces.index(p) for p in source.encode(en, out_type=str)] + [EOS_ID]
+  ids = tokenizer.encode_target(de)
+  assert ids == [target_pieces.index(p) for p in target.encode(de, out_type=str)] + [EOS_ID]
+  assert tokenizer.decode(ids) == de and max(ids) < len(target_pieces)
+  # Without spm.json's record the same two files are one vocabulary, which they are not.
+  with pytest.raises(ValueError, match="numbers its pieces otherwise than"):
+    vocab.Tokenizer(tokenizer.model_path, tokenizer.target_path, separate=False)
+
+
+def test_a_leading_language_token_is_one_id_as_marian_tokenizer_reads_it(separate_models, corpus):
+  tokenizer, source, *_ = separate_models
+  assert tokenizer.language_tokens == [">>deu<<", ">>nld<<"]
+  en = corpus[2][0]
+  # MarianTokenizer's rule: the token up to the first "<<", the rest cut by SentencePiece
+  # (which drops the space after it), whatever follows the token.
+  for text in (f">>deu<< {en}", f">>deu<<{en}"):
+    assert tokenizer.encode(text)[1:] == tokenizer.encode_batch([f">>nld<< {en}"])[0][1:]
+    assert tokenizer.split_language(text) == (">>deu<<", text[len(">>deu<<"):])
+    assert tokenizer.encode(text)[0] == tokenizer.sp.piece_to_id(">>deu<<")
+  # A source without one, or with another, is refused in one line naming the model's.
+  for text, found in ((en, "it has none"), (f">>fra<< {en}", "it starts with >>fra<<")):
+    with pytest.raises(ValueError, match=f"language token at the start of each source "
+                                         f"\\(>>deu<<, >>nld<<\\): {found}") as error:
+      tokenizer.encode_batch([f">>deu<< {en}", text])
+    assert "\n" not in str(error.value)
+  # A model without language tokens cuts ">>" as text, as ever.
+  plain = vocab.Tokenizer(tokenizer.target_path)
+  assert plain.language_tokens == [] and len(plain.encode(f">>deu<< {en}")) > len(
+      plain.encode(en)) + 2

@@ -367,7 +367,8 @@ def test_one_model_is_the_model_and_two_identical_models_search_like_one(members
 def test_members_must_share_the_vocabulary(members):
   bigger = SMALL.replace(vocab_size=32)
   odd = batch_decoder.Member(bigger.model, members[0].params)  # checked before any parameter is read
-  with pytest.raises(ValueError, match=r"vocab_size \[24, 32\]"):
+  with pytest.raises(ValueError, match=r"vocabulary sizes \(source, target\) \[\(24, 24\), "
+                                       r"\(32, 32\)\]"):
     batch_decoder.init_decoder([members[0], odd], _ensemble_inputs(), 8)
 
   def step(width):

@@ -61,3 +61,38 @@ def assert_same_or_tied(ours, theirs, engine):
     for i, gap in zip(differ, gaps):
       assert abs(gap) < TIE, f"{engine} sentence {i}: {theirs[i]} vs ours {outputs[i]}, gap {gap}"
   assert len(differ) <= 2
+
+
+def divergence_gap(cfg, params, source, ours, theirs):
+  """Our model's log-probability of our token minus theirs at the first position where two
+  outputs (ids without EOS) part: a greedy search's choice there, which float noise decides
+  when the gap is within it (teacher-forced on their common prefix)."""
+  ours, theirs = [*ours, EOS_ID], [*theirs, EOS_ID]
+  t = next(i for i, (a, b) in enumerate(zip(ours, theirs)) if a != b)
+  logits = forward(cfg, params, padded([source]), padded([ours[:t + 1]]))[0, t]
+  log_p = np.asarray(jax.nn.log_softmax(logits))
+  return float(log_p[ours[t]] - log_p[theirs[t]])
+
+
+def marian_generate(torch, model, sources, limits, source_pad, beam_size=1, min_length=0):
+  """transformers' `generate` on Marian's ids: `sources` EOS-terminated (padded with the source
+  side's `source_pad`), each within our output limit (`exported_search.output_limits`), no
+  length penalty, padding never generated and EOS not forced at the limit, as ours; outputs
+  in Marian's ids without EOS."""
+  from t2t_jax.export import exported_search  # pylint: disable=import-outside-toplevel
+  pad, eos = model.config.pad_token_id, model.config.eos_token_id
+  outputs = [None] * len(sources)
+  for limit, group in exported_search.batches(limits, 64):
+    rows = np.full((len(group), max(len(sources[i]) for i in group)), source_pad)
+    mask = np.zeros_like(rows)
+    for r, i in enumerate(group):
+      rows[r, :len(sources[i])], mask[r, :len(sources[i])] = sources[i], 1
+    with torch.no_grad():
+      tokens = model.generate(input_ids=torch.from_numpy(rows),
+                              attention_mask=torch.from_numpy(mask), num_beams=beam_size,
+                              length_penalty=0.0, do_sample=False, max_length=limit + 1,
+                              min_length=min_length + 1, bad_words_ids=[[pad]],
+                              forced_eos_token_id=None)
+    for i, row in zip(group, tokens.numpy()[:, 1:].tolist()):
+      outputs[i] = row[:row.index(eos)] if eos in row else row
+  return outputs

@@ -42,24 +42,6 @@ def translator(imported_workdir):
   return translator_lib.Translator(imported_workdir)
 
 
-def _generate(torch, model, sources, limits, beam_size):
-  """`generate` on Marian's ids, each sentence with our output limit; outputs in Marian's ids."""
-  pad, eos = model.config.pad_token_id, model.config.eos_token_id
-  outputs = [None] * len(sources)
-  for limit, group in exported_search.batches(limits, 64):
-    rows = np.full((len(group), max(len(sources[i]) for i in group)), pad)
-    for r, i in enumerate(group):
-      rows[r, :len(sources[i])] = sources[i]
-    inputs = torch.from_numpy(rows)
-    with torch.no_grad():
-      tokens = model.generate(input_ids=inputs, attention_mask=(inputs != pad).long(),
-                              num_beams=beam_size, length_penalty=0.0, do_sample=False,
-                              max_length=limit + 1, min_length=2, bad_words_ids=[[pad]])
-    for i, row in zip(group, tokens.numpy()[:, 1:].tolist()):
-      outputs[i] = row[:row.index(eos)] if eos in row else row
-  return outputs
-
-
 @pytest.mark.exact
 def test_teacher_forced_logits_are_transformers_at_every_real_position(extras, theirs,
                                                                        imported_workdir):
@@ -118,8 +100,9 @@ def test_beam_search_without_length_penalty_finds_transformers_best(extras, thei
   ours = sentence_batches.decode_ids(cfg, translator.params, [i[:-1] for i in ids], beam_size=4,
                                      alpha=0.0, batch_size=N)
   back = np.argsort(order)                                   # Marian id -> ours
-  found = [list(back[row]) for row in _generate(extras["torch"], model,
-                                                [list(order[i]) for i in ids], limits, 4)]
+  found = [list(back[row]) for row in agreement.marian_generate(
+      extras["torch"], model, [list(order[i]) for i in ids], limits, model.config.pad_token_id,
+      beam_size=4, min_length=1)]
   assert all(row and EOS_ID not in row for row in ours)
   differ = [i for i in range(N) if found[i] != ours[i]]
   print(f"beam 4, no length penalty: {N - len(differ)}/{N} translations identical to "
@@ -132,20 +115,129 @@ def test_beam_search_without_length_penalty_finds_transformers_best(extras, thei
   assert all(abs(gap) < agreement.TIE for gap in gaps) and len(differ) <= 1
 
 
-def test_the_export_gives_back_the_original_weights_and_tokenizer(extras, marian_dir,
-                                                                  imported_workdir, tmp_path):
+def _original(extras, variant, marian_dir, marian_variant, imported_workdir, imported_variant):
+  if variant == "shared":
+    return marian_dir, imported_workdir
+  return marian_variant(variant), imported_variant(variant)
+
+
+CONFIGURATIONS = ["shared", *marian.VARIANTS]
+
+
+@pytest.mark.parametrize("variant", CONFIGURATIONS)
+def test_the_export_gives_back_the_original_weights_tokenizer_and_settings(
+    extras, marian_dir, marian_variant, imported_workdir, imported_variant, tmp_path, variant):
+  model_dir, workdir = _original(extras, variant, marian_dir, marian_variant, imported_workdir,
+                                 imported_variant)
   load = extras["safetensors"].numpy.load_file
-  out = huggingface.export_huggingface(imported_workdir, tmp_path / "hf")
-  original, exported = load(str(marian_dir / "model.safetensors")), load(str(out / "model.safetensors"))
+  out = huggingface.export_huggingface(workdir, tmp_path / "hf")
+  original, exported = load(str(model_dir / "model.safetensors")), load(str(out / "model.safetensors"))
   assert set(exported) == set(original)
   for name, array in original.items():
     np.testing.assert_array_equal(exported[name], array, err_msg=name)
-  for name in huggingface.TOKENIZER_FILES:
-    assert (out / name).read_bytes() == (marian_dir / name).read_bytes(), name
-  config, theirs = (json.loads((d / "config.json").read_text()) for d in (out, marian_dir))
+  files = [*huggingface.TOKENIZER_FILES, huggingface.TARGET_VOCABULARY]
+  for name in files:
+    assert (out / name).is_file() == (model_dir / name).is_file(), name
+    if (model_dir / name).is_file():
+      assert (out / name).read_bytes() == (model_dir / name).read_bytes(), name
+  config, theirs = (json.loads((d / "config.json").read_text()) for d in (out, model_dir))
   for field in ("activation_function", "pad_token_id", "eos_token_id", "decoder_start_token_id",
-                "vocab_size", "d_model", "encoder_layers", "max_position_embeddings"):
+                "vocab_size", "decoder_vocab_size", "d_model", "encoder_layers", "decoder_layers",
+                "max_position_embeddings", "share_encoder_decoder_embeddings",
+                "tie_word_embeddings", "forced_eos_token_id"):
     assert config[field] == theirs[field], field
+  generation = [{k: v for k, v in json.loads((d / "generation_config.json").read_text()).items()
+                 if k != "transformers_version"} for d in (out, model_dir)]
+  assert generation[0] == generation[1] and generation[0]["num_beams"] == 4
+  tokenizer = [json.loads((d / "tokenizer_config.json").read_text()).get("separate_vocabs")
+               for d in (out, model_dir)]
+  assert tokenizer[0] == tokenizer[1]
+
+
+def test_a_model_that_transformers_5_untied_imports_as_three_matrices_and_exports_back(
+    extras, marian_dir, tmp_path):
+  """share_encoder_decoder_embeddings true, tie_word_embeddings false, built and saved by
+  transformers 5: each stack reads an embedding of its own and the shared one is unread."""
+  torch, transformers = extras["torch"], extras["transformers"]
+  config = transformers.MarianConfig.from_pretrained(marian_dir)
+  config.tie_word_embeddings = False
+  torch.manual_seed(1)
+  model = transformers.MarianMTModel(config).eval()
+  model_dir = tmp_path / "model"
+  model.save_pretrained(model_dir)
+  for name in (*huggingface.TOKENIZER_FILES, "tokenizer_config.json"):
+    shutil.copyfile(marian_dir / name, model_dir / name)
+  workdir = import_marian.import_marian(model_dir, tmp_path / "run")
+  assert workdir_lib.load_config(workdir).embeddings == "separate"
+  assert set(huggingface.imported_original(workdir).unread) == {huggingface.EMBEDDING}
+  # Its logits are transformers'.
+  pairs = marian.sentences(4, seed=78)
+  _, logits, theirs = _both_logits(torch, model, workdir, pairs)
+  assert np.abs(theirs - logits).max() < 1e-4
+  out = huggingface.export_huggingface(workdir, tmp_path / "hf")
+  load = extras["safetensors"].numpy.load_file
+  original, exported = load(str(model_dir / "model.safetensors")), load(str(out / "model.safetensors"))
+  assert set(exported) == set(original)
+  for name, array in original.items():
+    np.testing.assert_array_equal(exported[name], array, err_msg=name)
+
+
+def _both_logits(torch, model, workdir, pairs):
+  """(real positions, our teacher-forced logits, transformers') of `pairs`, in our ids."""
+  cfg = workdir_lib.load_config(workdir)
+  ours = translator_lib.load_tokenizer(workdir)
+  order = huggingface.imported_ids(workdir)
+  inputs = agreement.padded([ours.encode(en) for en, _ in pairs])
+  outputs = agreement.padded([ours.encode_target(de) for _, de in pairs])
+  params = translator_lib.Translator(workdir).params
+  logits = np.asarray(agreement.forward(cfg, params, inputs, outputs))
+  source, target = order.order, order.target_side.order
+  start = np.full((len(pairs), 1), model.config.decoder_start_token_id)
+  with torch.no_grad():
+    theirs = model(input_ids=torch.from_numpy(source[inputs]),
+                   attention_mask=torch.from_numpy(inputs != 0).long(),
+                   decoder_input_ids=torch.from_numpy(np.concatenate(
+                       [start, target[outputs[:, :-1]]], axis=1))).logits.numpy()
+  real = outputs != 0
+  return real, logits[real], theirs[..., target][real]
+
+
+# What each configuration's import says of it: (embeddings, target_vocab_size, decoder_layers,
+# activation, language tokens).
+IMPORTED = {
+    "separate_vocabularies": ("tied_output", True, None, "swish", []),
+    "untied_output": ("shared_inputs", False, None, "swish", []),
+    "deep_encoder": ("shared", False, 1, "relu", []),
+    "multilingual": ("shared", False, None, "swish", [">>deu<<", ">>nld<<"]),
+}
+
+
+@pytest.mark.parametrize("variant", list(marian.VARIANTS))
+def test_each_configuration_is_imported_with_the_options_that_say_it(marian_variant,
+                                                                     imported_variant, variant):
+  model_dir, workdir = marian_variant(variant), imported_variant(variant)
+  cfg = workdir_lib.load_config(workdir)
+  embeddings, own_target, decoder_layers, activation, languages = IMPORTED[variant]
+  config = json.loads((model_dir / "config.json").read_text())
+  assert (cfg.embeddings, cfg.decoder_layers, cfg.activation) == (embeddings, decoder_layers,
+                                                                   activation)
+  assert (cfg.num_layers, cfg.num_decoder_layers) == (config["encoder_layers"],
+                                                      config["decoder_layers"])
+  assert (cfg.vocab_size, cfg.target_vocab) == (config["vocab_size"], config["decoder_vocab_size"])
+  assert (cfg.target_vocab_size is not None) == own_target and cfg.max_len == 512
+  tokenizer = translator_lib.load_tokenizer(workdir)
+  assert tokenizer.separate == own_target and tokenizer.language_tokens == languages
+  assert (tokenizer.vocab_size, tokenizer.target_vocab_size) == (cfg.vocab_size, cfg.target_vocab)
+  ids = huggingface.imported_ids(workdir)
+  vocabularies = [json.loads((model_dir / name).read_text()) for name in (
+      "vocab.json", huggingface.TARGET_VOCABULARY if own_target else "vocab.json")]
+  # Our ids 0, 1, 2 are each side's padding, EOS and <unk>; the rest keep Marian's order.
+  for side, sp, theirs in ((ids, tokenizer.sp, vocabularies[0]),
+                           (ids.target_side, tokenizer.target_sp, vocabularies[1])):
+    assert [theirs[sp.id_to_piece(i)] for i in range(sp.get_piece_size())] == list(side.order)
+    assert [sp.id_to_piece(i) for i in range(3)] == ["<pad>", "</s>", "<unk>"]
+    assert list(side.order[3:]) == sorted(side.order[3:])
+  assert (ids.target is not None) == own_target
 
 
 def _copy(marian_dir, tmp_path):
@@ -180,11 +272,38 @@ REFUSALS = {
     "no weights": (lambda d, _: (d / "model.safetensors").unlink(), "it has no weights"),
     "a vocabulary that is not the embedding's": (
         lambda d, _: _edit_json(d / "vocab.json", **{"▁extra": 10_000}),
-        r"vocab.json has \d+ entries with ids 0..10000, but the model has vocab_size=\d+"),
+        r"vocab.json has \d+ entries with ids 0..10000, but the model has \d+ embedding rows "
+        r"for it"),
     "an embedding that is not the vocabulary's": (
         lambda d, extras: _fewer_embedding_rows(extras, d), r"its embedding has \d+ rows, not "
-                                                            r"vocab_size=\d+"),
+                                                            r"the \d+ of its vocabulary"),
+    "stacks of different widths": (
+        lambda d, _: _edit_json(d / "config.json", decoder_ffn_dim=64),
+        r"its encoder_ffn_dim=128 and decoder_ffn_dim=64 differ \(d_ff is one for both stacks\)"),
+    "stacks of different heads": (
+        lambda d, _: _edit_json(d / "config.json", decoder_attention_heads=2),
+        r"its encoder_attention_heads=4 and decoder_attention_heads=2 differ"),
+    "a shared embedding of two sizes": (
+        lambda d, _: _edit_json(d / "config.json", decoder_vocab_size=7),
+        r"its decoder_vocab_size=7 is not its vocab_size=\d+, but "
+        r"share_encoder_decoder_embeddings is true"),
+    "a tied copy that is not what it is tied to": (
+        lambda d, extras: _untied_copy(extras, d),
+        r"its lm_head.weight differs from the matrix tie_word_embeddings=True ties it to"),
+    "separate vocabularies without the target's": (
+        lambda d, _: _edit_json(d / "tokenizer_config.json", separate_vocabs=True),
+        r"it has no target_vocab.json"),
+    "an untied output layer without its weights": (
+        lambda d, _: _edit_json(d / "config.json", tie_word_embeddings=False),
+        r"its weights have no lm_head.weight"),
 }
+
+
+def _untied_copy(extras, model_dir):
+  safetensors = extras["safetensors"].numpy
+  state = safetensors.load_file(str(model_dir / "model.safetensors"))
+  state["lm_head.weight"] = state["model.shared.weight"] + 1
+  safetensors.save_file(state, str(model_dir / "model.safetensors"))
 
 
 @pytest.mark.parametrize("case", list(REFUSALS))

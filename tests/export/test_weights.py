@@ -11,13 +11,13 @@ from t2t_jax.model import transformer
 
 def test_models_the_engines_cannot_run_are_refused_with_the_reason():
   for overrides, reason in ((dict(positional_encoding="learned"), "positional_encoding"),
-                            (dict(embeddings="separate"), "embeddings"),
-                            (dict(decoder_layers=2), "decoder_layers"),
                             (dict(attention_window=3), "attention_window"),
                             (dict(d_k=16), "d_k=16")):
     with pytest.raises(ValueError, match=reason):
       weights.check_exportable(configs.get_config("demo", **overrides))
   weights.check_exportable(configs.get_config("demo"))
+  for mode in configs.EMBEDDINGS:   # each embedding mode is Marian's flags (export/huggingface.py)
+    weights.check_exportable(configs.get_config("demo", embeddings=mode))
 
 
 def test_linear_maps_are_our_kernels_as_out_by_in():
@@ -40,8 +40,12 @@ def test_linear_maps_are_our_kernels_as_out_by_in():
   assert w.encoder[0].cross_attention is None and len(w.decoder) == cfg.num_layers
 
 
-@pytest.mark.parametrize("options", [{}, dict(attention_bias=True, output_bias=True)],
-                         ids=["paper", "biases"])
+@pytest.mark.parametrize("options", [
+    {}, dict(attention_bias=True, output_bias=True),
+    dict(embeddings="shared_inputs", decoder_layers=1),
+    dict(embeddings="tied_output", target_vocab_size=28, output_bias=True),
+    dict(embeddings="separate", target_vocab_size=28, decoder_layers=3)],
+    ids=["paper", "biases", "shared_inputs", "tied_output", "separate"])
 def test_to_params_inverts_from_params(options):
   cfg = configs.get_config("demo", num_layers=2, d_model=16, d_ff=24, num_heads=2,
                            vocab_size=20, **options)
@@ -51,6 +55,13 @@ def test_to_params_inverts_from_params(options):
   w = weights.from_params(cfg, params)
   assert (w.output_bias is not None) == cfg.output_bias
   assert (w.encoder[1].self_attention.value.bias is not None) == cfg.attention_bias
+  assert (len(w.encoder), len(w.decoder)) == (cfg.num_layers, cfg.num_decoder_layers)
+  # A role that shares another's matrix has none of its own.
+  assert ((w.target_embedding is None) == (cfg.embeddings in ("shared", "shared_inputs"))
+          and (w.output is None) == (cfg.embeddings in ("shared", "tied_output")))
+  source, target, output = w.roles()
+  assert (source.shape[0], target.shape[0], output.shape[0]) == (
+      cfg.vocab_size, cfg.target_vocab, cfg.target_vocab)
   back = weights.to_params(cfg, w)
   shapes = lambda tree: jax.tree.map(lambda x: (x.shape, x.dtype), tree)
   assert shapes(back) == shapes(params)

@@ -22,7 +22,8 @@ class WordTokenizer:
   def __init__(self, path):
     words = sorted({w for pair in CORPUS for line in pair for w in line.split()})
     self.ids = {w: i for i, w in enumerate(words, 3)}
-    self.vocab_size = len(words) + 3
+    self.vocab_size = self.target_vocab_size = len(words) + 3
+    self.separate = False
     self.model_path = str(path)
     path.write_text(" ".join(words))
 
@@ -32,6 +33,23 @@ class WordTokenizer:
   encode_target_batch = encode_batch
 
 
+class SeparateWordTokenizer(WordTokenizer):
+  """Source words and target words numbered apart (separate vocabularies): the targets' ids
+  3.. in reverse alphabetical order, and more of them than the sources'."""
+
+  def __init__(self, path):
+    super().__init__(path)
+    sources = sorted({w for en, _ in CORPUS for w in en.split()})
+    targets = sorted({w for _, de in CORPUS for w in de.split()} | {"unseen"}, reverse=True)
+    self.ids = {w: i for i, w in enumerate(sources, 3)}
+    self.target_ids = {w: i for i, w in enumerate(targets, 3)}
+    self.vocab_size, self.target_vocab_size = len(sources) + 3, len(targets) + 3
+    self.separate = True
+
+  def encode_target_batch(self, texts):
+    return [[self.target_ids.get(w, UNK_ID) for w in text.split()] + [EOS_ID] for text in texts]
+
+
 @pytest.fixture
 def tokenizer(tmp_path):
   return WordTokenizer(tmp_path / "words.model")
@@ -39,8 +57,9 @@ def tokenizer(tmp_path):
 
 def _brute_force(tokenizer, per_source, frequent):
   """Dice over sentence sets, ranked best first then by id; target ids by count then id."""
-  pairs = [tuple(set(ids) - set(shortlist.SPECIAL) for ids in tokenizer.encode_batch(pair))
-           for pair in CORPUS]
+  pairs = [tuple(set(ids[0]) - set(shortlist.SPECIAL) for ids in
+                 (tokenizer.encode_batch([en]), tokenizer.encode_target_batch([de])))
+           for en, de in CORPUS]
   c_s = collections.Counter(s for src, _ in pairs for s in src)
   c_t = collections.Counter(t for _, tgt in pairs for t in tgt)
   c_st = collections.Counter((s, t) for src, tgt in pairs for s, t in itertools.product(src, tgt))
@@ -50,7 +69,7 @@ def _brute_force(tokenizer, per_source, frequent):
                     key=lambda t: (-2 * c_st[s, t] / (c_s[s] + c_t[t]), t))
     table[s] = ranked[:per_source]
   tokens = collections.Counter(
-      t for ids in tokenizer.encode_batch([t for _, t in CORPUS]) for t in ids
+      t for ids in tokenizer.encode_target_batch([t for _, t in CORPUS]) for t in ids
       if t not in shortlist.SPECIAL)
   most = sorted(tokens, key=lambda t: (-tokens[t], t))[:frequent]
   return table, most
@@ -108,6 +127,28 @@ def test_saved_tables_load_and_refuse_another_vocabulary(tokenizer, tmp_path):
   (tmp_path / "words.model").write_text("another model")
   with pytest.raises(ValueError, match="another SentencePiece model"):
     shortlist.load(path, tokenizer)
+
+
+def test_separate_vocabularies_map_source_ids_to_the_targets_own(tmp_path):
+  tokenizer = SeparateWordTokenizer(tmp_path / "words.model")
+  table = shortlist.build(tokenizer, CORPUS, per_source=2, frequent=3)
+  assert table.per_source.shape[0] == tokenizer.vocab_size < tokenizer.target_vocab_size
+  assert table.target_vocab_size == tokenizer.target_vocab_size
+  want, most = _brute_force(tokenizer, 2, 3)
+  for source in range(tokenizer.vocab_size):
+    row = table.per_source[source]
+    assert list(row[row != FILLER]) == want.get(source, [])
+  np.testing.assert_array_equal(table.frequent, most)
+  ids, targets = tokenizer.ids, tokenizer.target_ids
+  assert table.per_source[ids["dog"], 0] == targets["Hund"]
+  assert table.per_source[ids["house"], 0] == targets["Haus"]
+  inputs = np.asarray(tokenizer.encode_batch(["the dog"]), np.int32)
+  assert len(table.batch_ids(inputs)) in shortlist.sizes(tokenizer.target_vocab_size)
+  loaded = shortlist.load(shortlist.save(table, tmp_path / "table.npz"), tokenizer)
+  assert loaded.target_size == tokenizer.target_vocab_size
+  np.testing.assert_array_equal(loaded.per_source, table.per_source)
+  with pytest.raises(ValueError, match="target vocabulary of its own"):
+    shortlist.vocabulary_map(table, ["<pad>"] * tokenizer.target_vocab_size)
 
 
 def test_the_vocabulary_map_lists_the_frequent_ids_then_each_source(tokenizer):

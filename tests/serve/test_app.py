@@ -63,6 +63,24 @@ def test_bad_input_gets_a_one_line_json_error_and_the_server_keeps_serving(share
   assert request(shared, "POST", "/v1/translate", {"text": ["a"]})[0] == 200
 
 
+class LanguageEngine(FakeEngine):
+  """Needs each source to start with a language token, as a multilingual model's tokenizer."""
+
+  def source_tokens(self, line: str) -> int:
+    if not line.startswith(">>"):
+      raise ValueError("this model needs a target language token at the start of each source "
+                       "(>>deu<<, >>nld<<): it has none")
+    return super().source_tokens(line)
+
+
+def test_a_line_the_tokenizer_refuses_is_a_422_naming_why():
+  with running(_server(LanguageEngine())) as address:
+    status, _, answer = request(address, "POST", "/v1/translate", {"text": [">>deu<< a", "b"]})
+    assert status == 422 and answer["error"].endswith("(>>deu<<, >>nld<<): it has none")
+    status, _, answer = request(address, "POST", "/v1/translate", {"text": [">>deu<< a"]})
+    assert status == 200 and answer["translations"][0]["text"] == ">>DEU<< A 0"
+
+
 def test_unknown_routes_and_methods_answer_json_errors(shared):
   assert request(shared, "GET", "/v2/nothing")[::2] == (404, {"error": "Not Found"})
   assert request(shared, "GET", "/v1/translate")[::2] == (405, {"error": "Method Not Allowed"})
