@@ -43,6 +43,7 @@ setuptools.setup(
             "t2t-serve=t2t_jax.cli.serve:main.console",
             "t2t-shortlist=t2t_jax.cli.shortlist:main.console",
             "t2t-import=t2t_jax.cli.import_model:main.console",
+            "t2t-score=t2t_jax.cli.score:main.console",
         ],
     },
 )

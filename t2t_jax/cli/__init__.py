@@ -2,5 +2,5 @@
 ends (`exits`)."""
 
 # Its public modules (any other module is a part of these).
-__all__ = ["average", "bleu", "compile", "exits", "export", "flags", "import_model", "serve",
-           "shortlist", "train", "translate"]
+__all__ = ["average", "bleu", "compile", "exits", "export", "flags", "import_model", "score",
+           "serve", "shortlist", "train", "translate"]

@@ -4,8 +4,9 @@
 way to translate from Python. Its parts are public for the commands, the server and the
 benchmarks: `streaming` (a stream of lines in bounded memory), `long_inputs` (lines longer
 than the model takes), `shortlist` (the lexical shortlist), `sampling` and `alignment`
-(samples and word alignments beside beam search), `stored_programs` (compiled programs
-kept in a work directory) and `visualize` (attention maps). The text <-> ids conversions
+(samples and word alignments beside beam search), `scoring` (the log-probability of given
+translations), `stored_programs` (compiled programs kept in a work directory) and
+`visualize` (attention maps). The text <-> ids conversions
 and BLEU it shares with training are t2t_jax/evaluation/.
 """
 
@@ -21,4 +22,4 @@ def __getattr__(name: str):
   raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
-__all__ = ["Translator", "load_tokenizer", "alignment", "long_inputs", "shortlist", "stored_programs", "streaming", "translator", "visualize"]
+__all__ = ["Translator", "load_tokenizer", "alignment", "long_inputs", "scoring", "shortlist", "stored_programs", "streaming", "translator", "visualize"]

@@ -7,6 +7,7 @@
     Translator("runs/a", ensemble=["runs/b", "runs/c/checkpoints/90000"])   # decoded together
     translator.translate_stream(lines, sample=True, top_k=10, seed=1)       # back-translation
     Translator.from_params(cfg, params, tokenizer)    # a model in memory, no work directory
+    translator.score(sources, targets)                # each pair's log-probability (scoring.py)
 
 A model is a work directory (its averaged params when present, else its latest
 checkpoint's; `average=False`: the latest) or one of its checkpoints,
@@ -34,6 +35,8 @@ import os
 import pathlib
 from typing import Any, Callable, Iterable, Iterator, Optional, Sequence
 
+import numpy as np
+
 from t2t_jax import configs
 from t2t_jax.inference import shortlist as shortlist_lib
 from t2t_jax.data import vocab
@@ -41,6 +44,7 @@ from t2t_jax.decoding import batch_decoder
 from t2t_jax.decoding import sentence_batches
 from t2t_jax.ids import bucket_length
 from t2t_jax.inference import long_inputs as long_inputs_lib
+from t2t_jax.inference import scoring
 from t2t_jax.inference import streaming
 from t2t_jax.quantization import quantized
 from t2t_jax.runtime import averaging
@@ -221,6 +225,18 @@ class Translator:
         alignments=alignments or None, in_flight=in_flight, long_inputs=long_inputs,
         grouped=grouped, warn=warn, shape=shape,
         store=self.programs, shortlist=self.shortlist)
+
+  def score(self, sources: Sequence[str], targets: Sequence[str], per_token: bool = False,
+            batch_size: Optional[int] = None) -> list[float] | list[np.ndarray]:
+    """Each pair's log-probability under the models: the sum of the natural-log
+    probabilities of the target's pieces and its EOS, teacher-forced, over the whole
+    target vocabulary (whatever this translator's shortlist); `per_token`: each pair's
+    per-piece log-probabilities [pieces + 1] instead (inference/scoring.py). Batches of
+    `batch_size` pairs (default the config's decode_batch_size)."""
+    source_ids, target_ids = scoring.encode_pairs(self.tokenizer, sources, targets)
+    found = scoring.score_ids(self.members, source_ids, target_ids,
+                              batch_size=batch_size or self.cfg.decode_batch_size)
+    return found if per_token else [scoring.total(log_probs) for log_probs in found]
 
   def store_programs(self, rows: Optional[Sequence[int]] = None,
                      widths: Optional[Sequence[int]] = None) -> int:
