@@ -45,6 +45,7 @@ from typing import Any, Optional, Sequence
 from t2t_jax.cli import exits
 from t2t_jax.cli import flags
 from t2t_jax.recipes import experiment
+from t2t_jax.runtime import averaging
 from t2t_jax.runtime import platform
 from t2t_jax.runtime import multihost
 from t2t_jax.runtime import workdir as workdir_lib
@@ -121,6 +122,12 @@ def main(argv: Optional[Sequence[str]] = None, prog: str = "t2t-train", pair: st
                          on_peer_failure=exits.stop_for_peer)
     if not multihost.is_main():
       logging.getLogger().setLevel(logging.WARNING)  # process 0 tells the story
+  # Reads checkpoints (JAX's backend starts): after joining the processes.
+  source = averaging.written_source(workdir) if args.finetune_from is None else None
+  if source is not None:
+    raise ValueError(f"{workdir} holds params written whole ({source}), not a run to resume: "
+                     f"fine-tune them into a new work directory, t2t-train --finetune_from "
+                     f"{workdir} --workdir NEW --train SRC,TGT --dev SRC,TGT")
   if args.finetune_from is not None:  # loads params: after joining the processes
     init_params = experiment.finetune_params(cfg, args.finetune_from, workdir)
   # A failure in one process ends them all (exits.command); a preemption stops every

@@ -269,8 +269,11 @@ def build_for_workdir(workdir: str | os.PathLike, train: Optional[str] = None, *
     raise FileNotFoundError(f"{workdir / 'vocab' / 'spm.model'} not found: "
                             f"{workdir_lib.TRAIN_FIRST}")
   tokenizer = vocab_lib.load(str(workdir / "vocab"))
-  pairs = (sources.read_pairs(train) if train else
-           sources.get_source(workdir_lib.load_config(workdir), str(workdir)).train())
+  cfg = workdir_lib.load_config(workdir)
+  if not train and cfg.dataset == "text" and not cfg.train_files:
+    raise ValueError(f"{workdir} has no training text of its own (an imported model has none): "
+                     "pass parallel text to count in, --train SRC,TGT")
+  pairs = sources.read_pairs(train) if train else sources.get_source(cfg, str(workdir)).train()
   start = time.time()
   table = build(tokenizer, pairs, per_source=per_source, frequent=frequent)
   path = save(table, workdir / FILE)

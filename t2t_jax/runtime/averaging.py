@@ -90,7 +90,8 @@ def average_checkpoints(workdir: str | os.PathLike, last: int = 5) -> PyTree:
   directory = workdir / CHECKPOINT_DIR
   steps = _steps(directory)
   if not steps:
-    raise FileNotFoundError(f"no checkpoints in {directory}: train into {workdir} first")
+    raise FileNotFoundError(_no_checkpoints(
+        workdir, "to average: they need none; fine-tune them with t2t-train --finetune_from"))
   total, used = None, []
   with checkpoint.read_manager(directory) as manager:
     for step, params in _newest_loadable(manager, directory, steps):
@@ -109,6 +110,25 @@ def average_checkpoints(workdir: str | os.PathLike, last: int = 5) -> PyTree:
   averaged = jax.tree.map(lambda x: (x / len(used)).astype(np.float32), total)
   _write_averaged(workdir / AVERAGED_DIR, averaged, used)
   return averaged
+
+
+def _no_checkpoints(workdir: pathlib.Path, instead: str) -> str:
+  """The message for a work directory without checkpoints: train first, or, where its params
+  were written whole (an imported model: `written_source`), what to do `instead`."""
+  source = written_source(workdir)
+  if source is not None:
+    return f"{workdir} holds params written whole ({source}), no checkpoints {instead}"
+  return f"no checkpoints in {workdir / CHECKPOINT_DIR}: train into {workdir} first"
+
+
+def written_source(workdir: str | os.PathLike) -> Optional[str]:
+  """Where the params of a work directory without checkpoints of its own came from, when
+  they were written whole (`write_params`: "imported from ..."); None for a training run."""
+  workdir = pathlib.Path(workdir).absolute()
+  if _steps(workdir / CHECKPOINT_DIR) or not _steps(workdir / AVERAGED_DIR):
+    return None
+  source = _load_averaged(workdir / AVERAGED_DIR, with_params=False)[2].get("source")
+  return source if source != str(workdir / CHECKPOINT_DIR) else None
 
 
 def write_params(workdir: str | os.PathLike, params: PyTree, source: str) -> None:
@@ -176,7 +196,8 @@ def load_params(workdir: str | os.PathLike, averaged: bool = True) -> PyTree:
                       f"--workdir {workdir} to refresh it", CheckpointWarning, stacklevel=2)
       return params
   if not checkpoint_steps:
-    raise FileNotFoundError(f"no checkpoints in {directory}: train into {workdir} first")
+    raise FileNotFoundError(_no_checkpoints(
+        workdir, "(--no-average: the latest checkpoint's params): read its averaged params"))
   with checkpoint.read_manager(directory) as manager:
     for step, params in _newest_loadable(manager, directory, checkpoint_steps):
       log.info("Loaded the params of step %d from %s%s", step, directory / str(step),

@@ -42,8 +42,13 @@ def test_params_made_elsewhere_load_as_the_averaged_params_of_step_0(tmp_path, c
   caplog.set_level(logging.INFO, logger="t2t_jax.runtime.averaging")
   assert_trees_equal(averaging.load_params(tmp_path), params)
   assert averaging.averaged_steps(tmp_path) == [0] and "[0]" in caplog.text
-  with pytest.raises(FileNotFoundError, match="no checkpoints"):
+  # What a command that wants checkpoints says of such a directory: where its params came from.
+  assert averaging.written_source(tmp_path) == "an imported model"
+  with pytest.raises(FileNotFoundError, match=r"holds params written whole \(an imported model\), "
+                                              r"no checkpoints \(--no-average"):
     averaging.load_params(tmp_path, averaged=False)
+  with pytest.raises(FileNotFoundError, match=r"no checkpoints to average: they need none"):
+    averaging.average_checkpoints(tmp_path)
 
 
 def test_average_skips_a_corrupt_checkpoint(tmp_path):
