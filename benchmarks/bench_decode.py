@@ -11,6 +11,8 @@
     python benchmarks/bench_decode.py --ctranslate2 --configs=base --shortlist
         [--shortlist_per_source=50] [--shortlist_frequent=200]
     python benchmarks/bench_decode.py --ctranslate2 --workdir=runs/multi30k --shortlist
+    python benchmarks/bench_decode.py --ctranslate2 --marian [--sentences=16] [--source_len=40]
+        [--output_len=40] [--beam_size=4]         # an OPUS-MT-shaped model, imported
 
 `random`: random parameters and source ids, decoded as `batch_decoder.decode_batch` does
 (self-attention buffer of source length + `extra` positions) but with every
@@ -64,6 +66,15 @@ give: 20-100 per source, 100-500 frequent). It is decoded as ours decodes it (ea
 batch's candidates, padded to a shortlist size) and as CTranslate2's vmap.txt
 (`use_vmap=True`): rows "ours <mode> + shortlist" and "CTranslate2 ... + vmap", whose
 "same as ours" counts the outputs equal to ours float32 + shortlist.
+
+`--ctranslate2 --marian`: a transformers MarianMTModel of OPUS-MT en-de's shape (d_model
+512, 6 + 6 layers, 8 heads, feed-forward 2048, swish, 58,101 pieces, 512 positions,
+padding the last id) with random weights, built here and saved with `save_pretrained`
+beside a MarianTokenizer, as a user holds a published model; ours decodes it imported
+(`t2t-import`: export/import_marian.py), CTranslate2 converted from the same directory
+by its own `ct2-transformers-converter` (its converter class, run here). Random source
+pieces, every output `--output_len` tokens (EOS off in both, as the random workload).
+With `--smoke` a toy of the same layout.
 """
 
 from __future__ import annotations
@@ -411,13 +422,20 @@ def main() -> None:
                       help="--shortlist: random candidates per source id (default 50)")
   parser.add_argument("--shortlist_frequent", type=int, default=200,
                       help="--shortlist: random candidates of every batch (default 200)")
+  parser.add_argument("--marian", action="store_true",
+                      help="--ctranslate2: an OPUS-MT-shaped MarianMTModel (random weights), "
+                           "imported beside ct2-transformers-converter's conversion")
   parser.add_argument("--worker", action="store_true", help=argparse.SUPPRESS)
   args = parser.parse_args()
   if args.sentences is None:
     args.sentences = 256 if args.ctranslate2 and args.workdir else 8
+  if args.marian and (not args.ctranslate2 or args.workdir or args.shortlist):
+    parser.error("--marian is a model of its own beside CTranslate2: give it with --ctranslate2, "
+                 "without --workdir or --shortlist")
   if args.ctranslate2:
     sys.path.insert(0, str(HERE))
-    ctranslate2_side_by_side(args)
+    with tempfile.TemporaryDirectory() as args.scratch:
+      ctranslate2_side_by_side(args)
     return
   if args.mode == "testset":
     args.workdir = str(pathlib.Path(args.workdir or "runs/demo").resolve())
@@ -512,20 +530,28 @@ def _best_of(fn, repeats: int):
   return best, output
 
 
-def _ctranslate2_runs(spec, directory, threads, vmap=None):
-  """{label: translator} for one saved float32 model, quantised on loading; `vmap`: the text
-  of its vocabulary map, written before it is loaded (a Translator reads it only then).
+def _spec_export(cfg, params, tokens):
+  """Writes our model into a directory with CTranslate2's spec API (export/ctranslate2.py),
+  `vmap` (the text of its vocabulary map, or None) beside it."""
+  def convert(directory, vmap):
+    # pylint: disable-next=import-outside-toplevel
+    from t2t_jax.export import ctranslate2 as ctranslate2_lib
+    ctranslate2_lib.save_ctranslate2(ctranslate2_lib.ctranslate2_spec(cfg, params, tokens),
+                                     directory)
+    if vmap is not None:
+      (pathlib.Path(directory) / ctranslate2_lib.VMAP).write_text(vmap, encoding="utf-8")
+  return convert
+
+
+def _ctranslate2_runs(directory, threads):
+  """{label: translator} for one saved float32 model, quantised on loading (its vocabulary
+  map read now, if it has one).
 
   Each compute type runs as CTranslate2 is usually set up on a CPU (all cores on
   one batch at a time) and, like our `in_flight`, with one batch per core at
   once (inter_threads): the faster of the two is the yardstick.
   """
   import ctranslate2  # pylint: disable=import-outside-toplevel  (the export extra)
-  # pylint: disable-next=import-outside-toplevel
-  from t2t_jax.export import ctranslate2 as ctranslate2_lib
-  ctranslate2_lib.save_ctranslate2(spec, directory)
-  if vmap is not None:
-    (pathlib.Path(directory) / ctranslate2_lib.VMAP).write_text(vmap, encoding="utf-8")
   runs = {}
   for kind in ("float32", "int8"):
     runs[f"CTranslate2 {kind}"] = ctranslate2.Translator(
@@ -579,7 +605,7 @@ def _trained_workload(args):
 
   description = (f"{args.workdir} (trained; vocab {cfg.vocab_size}): {len(sources)} test "
                  f"sentences, batches of {args.batch_size}, beam {args.beam_size}, no length penalty")
-  return cfg, params, tokens, ours, theirs, description
+  return cfg, params, tokens, ours, theirs, description, _spec_export(cfg, params, tokens)
 
 
 def _random_inputs(args, vocab_size=None):
@@ -623,7 +649,103 @@ def _random_workload(args):
   description = (f"{args.configs.split(',')[0]} with random parameters: {args.sentences} "
                  f"sentences of {args.source_len} ids in one batch, {args.output_len} output "
                  f"tokens each, beam {args.beam_size}")
-  return cfg, params, tokens, ours, theirs, description
+  return cfg, params, tokens, ours, theirs, description, _spec_export(cfg, params, tokens)
+
+
+# OPUS-MT en-de's shape (Helsinki-NLP/opus-mt-en-de's config.json), for --marian; its toy
+# of the same layout for --smoke.
+OPUS_MT_EN_DE = dict(vocab_size=58101, d_model=512, layers=6, heads=8, ffn=2048)
+OPUS_MT_SMOKE = dict(vocab_size=300, d_model=32, layers=1, heads=2, ffn=64)
+
+
+def _marian_directory(directory: pathlib.Path, shape: dict) -> pathlib.Path:
+  """A MarianMTModel of `shape` with random weights and a MarianTokenizer, saved as a published
+  OPUS-MT model is: swish, a final_logits_bias, EOS 0, <unk> 1, padding (the decoder's
+  start) the last id, source.spm and target.spm (small, trained on the demo corpus) under a
+  vocab.json of `vocab_size` entries."""
+  import json as json_lib  # pylint: disable=import-outside-toplevel
+  import sentencepiece as spm  # pylint: disable=import-outside-toplevel
+  import torch  # pylint: disable=import-outside-toplevel
+  import transformers  # pylint: disable=import-outside-toplevel
+  from t2t_jax.corpora import demo  # pylint: disable=import-outside-toplevel
+  torch.manual_seed(0)
+  work = directory / "spm"
+  work.mkdir(parents=True)
+  pairs = demo.generate(2000, seed=0)
+  models = []
+  for side, name in ((0, "source"), (1, "target")):
+    (work / f"{name}.txt").write_text("".join(pair[side] + "\n" for pair in pairs))
+    spm.SentencePieceTrainer.Train(input=str(work / f"{name}.txt"), model_prefix=str(work / name),
+                                   vocab_size=200, character_coverage=1.0, minloglevel=2)
+    models.append(spm.SentencePieceProcessor(model_file=str(work / f"{name}.model")))
+  pieces = sorted({sp.id_to_piece(i) for sp in models for i in range(3, sp.get_piece_size())})
+  fillers = [f"▁w{i}" for i in range(shape["vocab_size"] - len(pieces) - 3)]
+  tokens = ["</s>", "<unk>", *pieces, *fillers, "<pad>"]
+  (work / "vocab.json").write_text(json_lib.dumps({t: i for i, t in enumerate(tokens)}))
+  tokenizer = transformers.MarianTokenizer(
+      source_spm=str(work / "source.model"), target_spm=str(work / "target.model"),
+      vocab=str(work / "vocab.json"), source_lang="en", target_lang="de")
+  pad = len(tokens) - 1
+  config = transformers.MarianConfig(
+      vocab_size=len(tokens), decoder_vocab_size=len(tokens), d_model=shape["d_model"],
+      encoder_layers=shape["layers"], decoder_layers=shape["layers"],
+      encoder_attention_heads=shape["heads"], decoder_attention_heads=shape["heads"],
+      encoder_ffn_dim=shape["ffn"], decoder_ffn_dim=shape["ffn"], max_position_embeddings=512,
+      activation_function="swish", scale_embedding=True, pad_token_id=pad, eos_token_id=0,
+      decoder_start_token_id=pad)
+  model = transformers.MarianMTModel(config).eval()
+  with torch.no_grad():
+    model.final_logits_bias.normal_(0.0, 0.1)
+  model.save_pretrained(directory)
+  tokenizer.save_pretrained(directory)
+  return directory
+
+
+def _marian_workload(args):
+  """A random OPUS-MT-shaped model imported (ours) and converted by CTranslate2's own converter
+  (theirs): run functions on random source pieces, every output args.output_len tokens."""
+  import jax  # pylint: disable=import-outside-toplevel
+  import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
+  import numpy as np  # pylint: disable=import-outside-toplevel
+  from t2t_jax.export import import_marian  # pylint: disable=import-outside-toplevel
+  from t2t_jax.export import loading  # pylint: disable=import-outside-toplevel
+  from t2t_jax.inference import translator  # pylint: disable=import-outside-toplevel
+  root = pathlib.Path(args.scratch)
+  shape = OPUS_MT_SMOKE if args.smoke else OPUS_MT_EN_DE
+  model_dir = _marian_directory(root / "marian", shape)
+  workdir = import_marian.import_marian(model_dir, root / "imported")
+  cfg, params, _ = loading.load_workdir(workdir)
+  tokenizer = translator.load_tokenizer(workdir)
+  rng = np.random.default_rng(0)
+  ids = rng.integers(3, cfg.vocab_size, size=(args.sentences, args.source_len - 1))
+  pieces = [[tokenizer.sp.id_to_piece(int(i)) for i in row] + ["</s>"] for row in ids]
+  inputs = jnp.asarray(np.concatenate([ids, np.ones((args.sentences, 1), ids.dtype)], 1),
+                       jnp.int32)
+
+  def ours(shortlist=None, model=(cfg, params)):
+    found = _search(model[1], inputs, shortlist, cfg=model[0], beam_size=args.beam_size,
+                    output_len=args.output_len, cached=True)
+    return [list(row) for row in np.asarray(found[0][:, 0])]
+
+  def theirs(translator_, use_vmap=False):
+    results = translator_.translate_batch(
+        pieces, beam_size=args.beam_size, length_penalty=0.0, max_batch_size=args.sentences,
+        min_decoding_length=args.output_len, max_decoding_length=args.output_len)
+    return [[tokenizer.target_sp.piece_to_id(p) for p in r.hypotheses[0]] for r in results]
+
+  def convert(directory, vmap):
+    del vmap   # no shortlist here (main refuses --shortlist with --marian)
+    # What the ct2-transformers-converter command runs, in this process.
+    converters = loading.require("ctranslate2.converters")
+    converters.TransformersConverter(str(model_dir)).convert(str(directory))
+
+  description = (f"a MarianMTModel of OPUS-MT en-de's shape ({shape['layers']} + "
+                 f"{shape['layers']} layers, d_model {shape['d_model']}, {shape['heads']} heads, "
+                 f"swish, {shape['vocab_size']} pieces) with random weights, t2t-import beside "
+                 f"ct2-transformers-converter: {args.sentences} sentences of {args.source_len} "
+                 f"pieces in one batch, {args.output_len} output tokens each, beam "
+                 f"{args.beam_size}")
+  return cfg, params, [None] * cfg.target_vocab, ours, theirs, description, convert
 
 
 def _shortlist_table(args, cfg):
@@ -647,12 +769,11 @@ def ctranslate2_side_by_side(args) -> None:
   model and sentences; with --shortlist each also shortlisted."""
   import jax  # pylint: disable=import-outside-toplevel
   from t2t_jax.inference import shortlist as shortlist_lib  # pylint: disable=import-outside-toplevel
-  # pylint: disable-next=import-outside-toplevel
-  from t2t_jax.export import ctranslate2 as ctranslate2_lib
   from t2t_jax.kernels import choice  # pylint: disable=import-outside-toplevel
   from t2t_jax.quantization import quantized  # pylint: disable=import-outside-toplevel
-  workload = _trained_workload if args.workdir else _random_workload
-  cfg, params, tokens, ours, theirs, description = workload(args)
+  workload = (_marian_workload if args.marian else _trained_workload if args.workdir
+              else _random_workload)
+  cfg, params, tokens, ours, theirs, description, convert = workload(args)
   threads = os.cpu_count() or 1
   print(f"device: {jax.devices()[0].platform} ({choice.cpu_description()}, {threads} cores), "
         f"jax {jax.__version__}, CTranslate2 with {threads} threads, load average "
@@ -682,9 +803,9 @@ def ctranslate2_side_by_side(args) -> None:
     print(f"shortlist: {source}; the shortlisted rows are compared with ours float32 + "
           "shortlist")
   with tempfile.TemporaryDirectory() as directory:
-    spec = ctranslate2_lib.ctranslate2_spec(cfg, params, tokens)
-    vmap = None if table is None else shortlist_lib.vocabulary_map(table, tokens)
-    runs = _ctranslate2_runs(spec, directory + "/ct2", threads, vmap)
+    convert(directory + "/ct2", None if table is None else
+            shortlist_lib.vocabulary_map(table, tokens))
+    runs = _ctranslate2_runs(directory + "/ct2", threads)
     for name, translator in runs.items():
       seconds, outputs = _best_of(functools.partial(theirs, translator), args.repeats)
       rows.append((name, seconds, outputs, reference))

@@ -84,6 +84,9 @@ SMOKE = {
         args=["--ctranslate2", "--shortlist", *TINY_DECODE],
         expect="ours int8 + shortlist / CTranslate2 int8 + vmap",
         needs="export"),
+    "bench_decode.py --ctranslate2 --marian": dict(
+        args=["--ctranslate2", "--marian", *TINY_DECODE],
+        expect="ours (JAX, bfloat16) / CTranslate2 int8, speed", needs="export"),
     "bench_memory.py": dict(args=["--configs=demo", "--tokens=128", "--length=16"],
                             expect="| demo | float32 | 128 |"),
     "bench_serve.py": dict(args=["--workdir={workdir}", "--lines=3", "--clients=2", "--group=2",
