@@ -257,7 +257,7 @@ def _other_routes(app: fastapi.FastAPI, state: _State,
   async def model_info():
     """The engine, the decoder's layers and heads, the default beam, the server's limits."""
     cfg = state.engine.cfg
-    return {"engine": state.engine.name, "num_layers": cfg.num_layers,
+    return {"engine": state.engine.name, "num_layers": cfg.num_decoder_layers,
             "num_heads": cfg.num_heads, "beam_size": cfg.beam_size,
             "limits": dataclasses.asdict(state.limits), "max_batch": state.options.max_batch,
             "max_tokens": state.options.max_tokens}

@@ -27,7 +27,7 @@ class FakeEngine:
   """Translates a line to its upper case; each batch waits for `gate` (open by default)."""
 
   name = "fake"
-  cfg = types.SimpleNamespace(beam_size=4, num_layers=2, num_heads=4)
+  cfg = types.SimpleNamespace(beam_size=4, num_layers=3, num_decoder_layers=2, num_heads=4)
 
   def __init__(self):
     self.gate = threading.Event()

@@ -81,6 +81,12 @@ def test_a_line_the_tokenizer_refuses_is_a_422_naming_why():
     assert status == 200 and answer["translations"][0]["text"] == ">>DEU<< A 0"
 
 
+def test_the_model_answer_counts_the_decoders_layers(shared):
+  # The page offers the decoder's layers for its attention maps: a decoder of its own depth.
+  status, _, answer = request(shared, "GET", "/v1/model")
+  assert status == 200 and (answer["num_layers"], answer["num_heads"]) == (2, 4)
+
+
 def test_unknown_routes_and_methods_answer_json_errors(shared):
   assert request(shared, "GET", "/v2/nothing")[::2] == (404, {"error": "Not Found"})
   assert request(shared, "GET", "/v1/translate")[::2] == (405, {"error": "Method Not Allowed"})
