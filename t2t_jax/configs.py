@@ -441,7 +441,7 @@ PRESETS: dict[str, dict[str, Any]] = {
     "parsing": dict(num_layers=4, d_model=1024, vocab_size=16000, beam_size=21,
                     alpha=0.3, max_decode_extra=300, max_len=1024),
     # Small enough to train on the generated corpus in minutes on a 2-core CPU (each
-    # choice measured there: docs/benchmarks.md, "The demo preset's settings"). A higher
+    # choice measured there: docs/benchmarks.md, "The demo and the compilation cache"). A higher
     # learning rate left the model ignoring the source. Dropout is off: the corpus is
     # deterministic and the run sees each pair about once, so there is nothing to
     # regularise and dropout only slowed learning. 2048-token batches make more updates

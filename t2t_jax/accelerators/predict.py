@@ -81,7 +81,7 @@ SLICED_PREFETCH_NOTE = (
     "prices the join (a bitcast) at 0 and keeps the model's price of the slices' copies. "
     "Check: the same programs compiled with sliced prefetch off "
     "(xla_tpu_sliced_prefetch_max_slices=0) get a positive optimal_seconds a little above "
-    'the corrected one (docs/benchmarks.md, "v5e: why its cost model said -672 s")')
+    'the corrected one (docs/benchmarks.md, "Accelerators", v5e)')
 
 
 def tpu_seconds(cost: dict[str, float], sliced_prefetches: int = 0) -> tuple[float, str]:
