@@ -9,12 +9,12 @@ import pytest
 # Must happen before JAX initialises its backend; the README's test command sets
 # it too, this only covers running a single test file by hand.
 os.environ.setdefault("XLA_FLAGS", "--xla_force_host_platform_device_count=8")
-# The tests compile with LLVM's optimisations off (tests/xla_flags.py), unless
+# The tests compile fast (LLVM's optimisations off: tests/xla_flags.py), unless
 # T2T_JAX_TEST_OPTIMIZE=1; subprocesses inherit it, or ask `xla_flags.with_devices`.
-from xla_flags import NO_LLVM_OPT  # noqa: E402  (tests/ is on sys.path)
+import xla_flags  # noqa: E402  (tests/ is on sys.path)
 
-if os.environ.get("T2T_JAX_TEST_OPTIMIZE", "") != "1" and NO_LLVM_OPT not in os.environ["XLA_FLAGS"].split():
-  os.environ["XLA_FLAGS"] += " " + NO_LLVM_OPT
+if os.environ.get("T2T_JAX_TEST_OPTIMIZE", "") != "1":
+  os.environ["XLA_FLAGS"] = xla_flags.with_fast_compile(os.environ["XLA_FLAGS"])
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "2")
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 

@@ -10,6 +10,8 @@ import flax
 from flax import nnx
 import numpy as np
 
+import xla_flags  # tests/xla_flags.py
+
 ROOT = pathlib.Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
 
@@ -108,7 +110,9 @@ def test_the_tests_compile_without_llvm_optimisation_and_ci_once_with_it(pytestc
   # exactness tests (marked `exact`, registered in tests/conftest.py) after README's command
   # in its first, where every extra is installed.
   optimised = os.environ.get("T2T_JAX_TEST_OPTIMIZE") == "1"
-  assert ("--xla_backend_optimization_level=0" in os.environ["XLA_FLAGS"].split()) != optimised
+  flags = os.environ["XLA_FLAGS"].split()
+  assert "--xla_backend_optimization_level=0" in xla_flags.FAST_COMPILE
+  assert [f in flags for f in xla_flags.FAST_COMPILE] == [not optimised] * len(xla_flags.FAST_COMPILE)
   ci = (ROOT / ".ci" / "run").read_text()
   step3 = re.search(r"^step3\(\) \{\n(.*?)^\}", ci, re.M | re.S).group(1)
   assert re.search(r"T2T_JAX_TEST_OPTIMIZE=1 XLA_FLAGS=\S+ \\\n\s+python3 -m pytest", step3)

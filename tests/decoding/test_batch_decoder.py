@@ -214,10 +214,11 @@ def test_a_table_of_every_id_decodes_exactly_as_the_whole_vocabulary(member):
     want = _decode(members, inputs, search)
     got = _decode(members, inputs, search, shortlist=table)
     np.testing.assert_array_equal(got[0], want[0])
-    # Bitwise equal on JAX 0.10.2; JAX 0.12's XLA fuses the two step programs apart and
-    # rounds a score about 1e-6 apart. Padding left out of the normaliser moves them by
-    # its probability (here over 1e-3), as the issue found (0.37).
-    np.testing.assert_allclose(got[1], want[1], rtol=0, atol=2e-6)
+    # Bitwise equal on JAX 0.10.2 compiled as the commands compile; JAX 0.12's XLA fuses
+    # the two step programs apart and rounds a score about 1e-6 apart, the suite's fast
+    # compilation (tests/xla_flags.py) 2.1e-6. Padding left out of the normaliser moves them
+    # by its probability (here over 1e-3), as the issue found (0.37).
+    np.testing.assert_allclose(got[1], want[1], rtol=0, atol=5e-6)
 
 
 def test_the_search_runs_in_the_lists_positions_and_never_returns_filler(member):
