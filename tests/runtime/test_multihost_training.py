@@ -72,13 +72,15 @@ def flags(tmp_path_factory):
   return ["--config=demo", *(f"--config.{k}={v}" for k, v in fields.items())]
 
 
-def _env(devices, **extra):
+def _env(devices, cache=None, **extra):
   env = {**os.environ, "XLA_FLAGS": xla_flags.with_devices(devices),
          "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "2", **extra}
-  # Without the persistent compilation cache: every process compiles for itself, so
-  # none reaches the first collective long after the others.
+  # Not the suite's compilation cache: a process must not load what the other compiles, or it
+  # reaches the first collective long after it. `cache`: the two processes' own (JAX writes
+  # from process 0 only and both read it), so the first start compiles in both and the later
+  # ones load in both.
   env.pop("JAX_COMPILATION_CACHE_DIR", None)
-  env["T2T_JAX_COMPILATION_CACHE"] = "off"
+  env["T2T_JAX_COMPILATION_CACHE"] = str(cache) if cache else "off"
   return env
 
 
@@ -96,7 +98,8 @@ class _Run:
             [sys.executable, "-c", _DRIVER, *flags, f"--workdir={workdir}",
              f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2",
              f"--process_id={i}"],
-            env=_env(4, **extra), cwd=ROOT, stdout=out, stderr=subprocess.STDOUT))
+            env=_env(4, workdir.parent / "jax_cache", **extra), cwd=ROOT, stdout=out,
+            stderr=subprocess.STDOUT))
 
   def output(self, i):
     return self.logs[i].read_text()
