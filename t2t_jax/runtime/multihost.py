@@ -26,7 +26,9 @@ what the collectives do not:
 A process killed outright (SIGKILL, a lost host) is noticed by the coordination
 service after `heartbeat_timeout_s` without a heartbeat: every other process
 then ends (SIGABRT) with "Terminating process because the JAX distributed
-service detected fatal errors ... another task died". If process 0 is the one
+service detected fatal errors ... another task died", or sooner when a
+collective in flight loses its connection to it (gloo: "Connection reset by
+peer", an error the command handles as any other). If process 0 is the one
 lost, the others end within seconds (their connection to the service breaks).
 """
 

@@ -125,7 +125,12 @@ def test_a_killed_process_stops_the_others_after_the_heartbeat_timeout(tmp_path)
   processes[1].wait()
   _expect_exit_within(processes[0], timeout=heartbeat_s + 60)
   assert processes[0].returncode != 0
-  assert "another task died" in _output(tmp_path, "loop", 0)
+  # Whichever notices first: the coordination service missing the heartbeats, or the next
+  # collective's connection to the killed process breaking (gloo's read fails; the command
+  # then ends this process as for any failure).
+  out = _output(tmp_path, "loop", 0)
+  assert "another task died" in out or (
+      "Connection reset by peer" in out and "error: process 0 failed:" in out), out[-3000:]
 
 
 def test_bad_process_settings_fail_with_the_value():
