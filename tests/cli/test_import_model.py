@@ -170,12 +170,15 @@ def test_finetune_lowers_the_dev_loss_on_other_text_and_the_result_translates(
     files[split] = f"{tmp_path}/{split}.en,{tmp_path}/{split}.de"
   tuned = tmp_path / "tuned"
   before = _dev_loss(imported_workdir, averaging.load_params(imported_workdir), dev)
+  # The dev loss compared is _dev_loss's; the run's own evaluation reads one dev batch, so
+  # it traces one program, not one per length bucket.
   train.main([f"--finetune_from={imported_workdir}", f"--train={files['train']}",
               f"--dev={files['dev']}", f"--workdir={tuned}", "--config.num_train_steps=12",
               "--config.warmup_steps=4", "--config.learning_rate_scale=0.02",
               "--config.tokens_per_batch=1024", "--config.max_tokens_per_device=1024",
-              "--config.eval_every_steps=12", "--config.log_every_steps=4",
-              "--config.checkpoint_every_steps=6", "--config.average_last=1"])
+              "--config.eval_every_steps=12", "--config.num_eval_batches=1",
+              "--config.log_every_steps=4", "--config.checkpoint_every_steps=6",
+              "--config.average_last=1"])
   after = _dev_loss(tuned, averaging.load_params(tuned), dev)
   assert json.loads(capsys.readouterr().out.split("results written")[0])["steps"] == 12
   with capsys.disabled():
@@ -255,11 +258,13 @@ def test_every_command_takes_separate_vocabularies(extras, imported_variant, imp
   # Fine-tuned on its own text, it keeps both vocabularies and exports them back.
   dev = f"{_write(tmp_path / 'dev.en', sources)},{_write(tmp_path / 'dev.de', greedy)}"
   tuned = tmp_path / "tuned"
+  # (One dev batch evaluated: one program traced, not one per length bucket.)
   train.main([f"--finetune_from={workdir}", f"--train={train_files}", f"--dev={dev}",
               f"--workdir={tuned}", "--config.num_train_steps=2", "--config.warmup_steps=2",
               "--config.learning_rate_scale=0.02", "--config.tokens_per_batch=512",
               "--config.max_tokens_per_device=512", "--config.eval_every_steps=2",
-              "--config.checkpoint_every_steps=2", "--config.average_last=1"])
+              "--config.num_eval_batches=1", "--config.checkpoint_every_steps=2",
+              "--config.average_last=1"])
   capsys.readouterr()
   assert all(translator_lib.Translator(tuned).translate(sources[:2], beam_size=1))
   out = huggingface.export_huggingface(tuned, tmp_path / "hf")
