@@ -449,9 +449,16 @@ def _one_update(built, key=jax.random.key(3)):
   return jax.device_get(mapped.get((placed, metrics)))
 
 
-def test_the_state_is_what_a_checkpoint_restores(tmp_path):
+@pytest.fixture(scope="module")
+def pmap_built():
+  """`step_lib.build(CFG)` (pmap, the default), shared: its update is traced and compiled
+  once for the tests that run it on `_device_batch`'s shape."""
+  return step_lib.build(CFG)
+
+
+def test_the_state_is_what_a_checkpoint_restores(tmp_path, pmap_built):
   """The loop restores into `abstract_state()` what it saved of `init_state`'s updates."""
-  built = step_lib.build(CFG)
+  built = pmap_built
   abstract = built.abstract_state()
   fresh = built.init_state(jax.random.key(0))
   assert jax.tree.structure(abstract) == jax.tree.structure(fresh)
@@ -468,10 +475,11 @@ def test_the_state_is_what_a_checkpoint_restores(tmp_path):
     np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
-def test_pmap_and_shard_map_builds_give_the_same_update():
+def test_pmap_and_shard_map_builds_give_the_same_update(pmap_built):
   """Dropout on and 2 micro-steps: the same per-device keys, sums and Adam update."""
   assert jax.device_count() == 8
-  p_state, p_metrics = _one_update(step_lib.build(CFG, parallelism="pmap"))
+  assert pmap_built.parallelism == "pmap"
+  p_state, p_metrics = _one_update(pmap_built)
   s_built = step_lib.build(CFG.replace(parallelism="shard_map"))
   assert s_built.parallelism == "shard_map"
   # Placed as its mapping wants: pmap stacks a copy per device, shard_map does not.
@@ -483,7 +491,7 @@ def test_pmap_and_shard_map_builds_give_the_same_update():
   for a, b in zip(jax.tree.leaves((s_state, s_metrics)), jax.tree.leaves((p_state, p_metrics))):
     np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6, atol=1e-8)
   # Dropout was really on: another root key gives another loss.
-  _, other = _one_update(step_lib.build(CFG), key=jax.random.key(4))
+  _, other = _one_update(pmap_built, key=jax.random.key(4))
   assert abs(float(other["loss"]) - float(p_metrics["loss"])) > 1e-4
 
 
