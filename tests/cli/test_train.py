@@ -23,12 +23,13 @@ MARKER = "<!-- commands run by tests/cli/test_train.py -->"
 PROGRAMS = {"t2t-train": train.main, "t2t-average-checkpoints": average.main,
             "t2t-translate": translate.main, "python -m t2t_jax.cli.bleu": bleu.main}
 # Appended to every t2t-train command (the last value of a flag wins): a model
-# small enough to train a few steps in seconds.
+# small enough to train a few steps in seconds, evaluated on one dev batch (one program
+# traced, not one per length bucket; nothing here reads the dev figures).
 TINY = ["--config.num_layers=1", "--config.d_model=32", "--config.d_ff=64",
         "--config.num_heads=2", "--config.vocab_size=200", "--config.tokens_per_batch=512",
         "--config.max_tokens_per_device=512", "--config.eval_every_steps=2",
-        "--config.log_every_steps=2", "--config.checkpoint_every_steps=2",
-        "--config.max_decode_extra=4"]
+        "--config.num_eval_batches=1", "--config.log_every_steps=2",
+        "--config.checkpoint_every_steps=2", "--config.max_decode_extra=4"]
 STEPS = {None: 4, "200000": 6, "2000": 2}   # the README's step counts -> a few steps
 
 
