@@ -11,12 +11,13 @@ from t2t_jax.inference import translator as translator_lib
 
 multi30k = scripts.load("multi30k")
 
-# A model that trains a few steps in seconds (as tests/cli/test_train.py's).
+# A model that trains a few steps in seconds, evaluated on one dev batch (as
+# tests/cli/test_train.py's; nothing here reads the dev figures).
 TINY = ["--config.num_layers=1", "--config.d_model=32", "--config.d_ff=64",
         "--config.num_heads=2", "--config.vocab_size=200", "--config.tokens_per_batch=512",
         "--config.max_tokens_per_device=512", "--config.eval_every_steps=2",
-        "--config.checkpoint_every_steps=2", "--config.max_decode_extra=4",
-        "--config.average_last=2"]
+        "--config.num_eval_batches=1", "--config.checkpoint_every_steps=2",
+        "--config.max_decode_extra=4", "--config.average_last=2"]
 
 
 def test_fetch_train_and_compare_modes(tmp_path, monkeypatch):

@@ -23,10 +23,12 @@ from t2t_jax.runtime import workdir as workdir_lib
 
 ROOT = pathlib.Path(__file__).resolve().parents[2]
 SCRIPT = ROOT / "experiments" / "wmt14_ende.py"
+# One dev batch evaluated: one eval program traced, not one per length bucket.
 TINY = ["--config.num_layers=1", "--config.d_model=32", "--config.d_ff=64",
         "--config.num_heads=2", "--config.vocab_size=200", "--config.tokens_per_batch=512",
         "--config.max_tokens_per_device=512", "--config.eval_every_steps=3",
-        "--config.checkpoint_every_steps=1", "--config.max_decode_extra=4"]
+        "--config.num_eval_batches=1", "--config.checkpoint_every_steps=1",
+        "--config.max_decode_extra=4"]
 
 
 def _run(*args):
