@@ -2,6 +2,7 @@
 
 import math
 
+import jax
 import pytest
 
 from t2t_jax import configs
@@ -18,6 +19,22 @@ LENGTH = 16
 def sizes():
   """Peak bytes of the step at 1, 8 and 32 rows (32 = the whole update on one device)."""
   return {rows: memory.step_memory(CFG, rows, LENGTH) for rows in (1, 8, 32)}
+
+
+@pytest.fixture
+def compiled_once(sizes, monkeypatch):
+  """memory.step_memory compiling each micro-batch once in a test, starting from `sizes`:
+  fitting asks for 32 and 8 rows first, which `sizes` already compiled."""
+  known = {(CFG, rows, LENGTH, False): stats for rows, stats in sizes.items()}
+  compile_step = memory.step_memory
+
+  def step_memory(cfg, rows, length, packed=False, device=None):
+    if device not in (None, jax.local_devices()[0]):
+      return compile_step(cfg, rows, length, packed, device)
+    if (cfg, rows, length, packed) not in known:
+      known[cfg, rows, length, packed] = compile_step(cfg, rows, length, packed, device)
+    return known[cfg, rows, length, packed]
+  monkeypatch.setattr(memory, "step_memory", step_memory)
 
 
 def test_step_memory_counts_the_state_once_and_grows_with_the_rows(sizes):
@@ -38,7 +55,7 @@ def test_an_explicit_setting_wins_without_compiling(monkeypatch):
   assert memory.resolve_max_tokens_per_device(cfg, 8, LENGTH) is cfg
 
 
-def test_a_small_device_gets_accumulation_that_fits(sizes, monkeypatch):
+def test_a_small_device_gets_accumulation_that_fits(sizes, compiled_once, monkeypatch):
   # A device with room for about a third of the update: between 8 and 32 rows.
   budget = sizes[8].peak + (sizes[32].peak - sizes[8].peak) // 3
   monkeypatch.setattr(memory, "device_memory",
@@ -53,7 +70,7 @@ def test_a_small_device_gets_accumulation_that_fits(sizes, monkeypatch):
   assert dataset.accum_steps(memory.resolve_max_tokens_per_device(CFG, 1, LENGTH), 1) == 1
 
 
-def test_nothing_fits_is_a_clear_error(monkeypatch):
+def test_nothing_fits_is_a_clear_error(compiled_once, monkeypatch):
   monkeypatch.setattr(memory, "device_memory", lambda device=None: 1000)
   with pytest.raises(ValueError, match="one row of 16 tokens needs"):
     memory.resolve_max_tokens_per_device(CFG, 1, LENGTH)
