@@ -61,7 +61,7 @@ def test_int8_translates_mostly_as_float32(trained_workdir):
   expected, got = float32.translate(lines), int8.translate(lines)
   assert all(got) and sum(a == b for a, b in zip(expected, got)) >= 12
   held = inference.Translator.from_params(int8.cfg, float32.params, float32.tokenizer)
-  assert held.translate(lines[:4]) == got[:4]
+  assert held.translate(lines) == got   # the batch `got` compiled: run, not compiled again
 
 
 def test_an_int8_ensemble_quantises_every_member(trained_workdir):
