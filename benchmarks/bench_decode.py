@@ -704,7 +704,6 @@ def _marian_directory(directory: pathlib.Path, shape: dict) -> pathlib.Path:
 def _marian_workload(args):
   """A random OPUS-MT-shaped model imported (ours) and converted by CTranslate2's own converter
   (theirs): run functions on random source pieces, every output args.output_len tokens."""
-  import jax  # pylint: disable=import-outside-toplevel
   import jax.numpy as jnp  # pylint: disable=import-outside-toplevel
   import numpy as np  # pylint: disable=import-outside-toplevel
   from t2t_jax.export import import_marian  # pylint: disable=import-outside-toplevel

@@ -44,7 +44,7 @@ def train_argv(workdir: str | os.PathLike, specs: dict[str, str],
                extra: Sequence[str] = ()) -> list[str]:
   """`t2t-train`'s arguments for the `multi30k` preset on the fetched files; `extra`
   (e.g. `--config.num_train_steps=2000`) after them, so they win."""
-  return [f"--config=multi30k", f"--workdir={workdir}", f"--train={specs['train']}",
+  return ["--config=multi30k", f"--workdir={workdir}", f"--train={specs['train']}",
           f"--dev={specs['dev']}", f"--test={specs['test']}", *extra]
 
 
